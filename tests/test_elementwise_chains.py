@@ -269,3 +269,20 @@ def test_native_exp_and_tanh_at_their_range_ends():
             want = k.compute_numpy([x, np.zeros_like(x)])
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=2e-6, atol=3e-38, equal_nan=True, err_msg=op)
+
+
+@pytest.mark.skipif(native_module() is None, reason="the C kernels are not built")
+def test_native_ops_of_one_element_inputs_run_once():
+    """Path "native" runs the ops of one-element inputs alone once (sqrt of an epsilon, 1 - c)
+    before the blocks; an output among them stays in the blocks and gets the whole shape."""
+    k = _kernel(["Sqrt", "Sub", "Div", "Mul"], [1, 2, 1, 0, 3, 5, 4], [3, 6], 3)
+    x = np.random.default_rng(5).standard_normal((3, 300)).astype(np.float32)
+    ins = [x, np.array(4.0, np.float32), np.ones((1, 1), np.float32)]
+    got, want = k.compute(ins), k.compute_numpy(ins)
+    assert got[0].shape == want[0].shape == ()  # sqrt(4) alone: its own input's shape, by the numpy form
+    got = k.native.elementwise_chain(k.code, ins, np.array([6], np.int32).tobytes(), k.n_regs, np.empty)
+    np.testing.assert_allclose(got[0], want[1], rtol=1e-6)
+    k2 = _kernel(["Sqrt", "Div", "Add"], [1, 0, 2, 3, 1], [3, 4], 2)
+    ins = [x, np.array(9.0, np.float32)]
+    for g, w in zip(k2.compute(ins), k2.compute_numpy(ins)):
+        np.testing.assert_allclose(g, w, rtol=1e-6)

@@ -3415,10 +3415,18 @@ static inline void exp_doubles(double *RESTRICT y, const double *RESTRICT x, Py_
    * an output's where an output is read from it (no copies), else a buffer of EC_BLOCK in regs */       \
   static void ec_run_##SFX(const int32_t *code, Py_ssize_t n_ops, Py_ssize_t n_in, Py_ssize_t n_regs,          \
                            char *const *base, const Py_ssize_t *strides, int ndim, const Py_ssize_t *shape,    \
-                           Py_ssize_t n_out, T *const *outs, const int32_t *out_regs, T *regs) {               \
+                           Py_ssize_t n_out, T *const *outs, const int32_t *out_regs, T *regs,                 \
+                           const char *uniform, const int32_t *pro, Py_ssize_t n_pro) {                        \
     Py_ssize_t inner = ndim ? shape[ndim - 1] : 1, outer = 1, idx[EC_MAX_DIMS] = {0};                          \
     T *reg[EC_MAX_REGS];                                                                                       \
     for (Py_ssize_t r = 0; r < n_regs; r++) reg[r] = regs + r * EC_BLOCK;                                      \
+    /* the uniform inputs (one element) filled once, and the ops of them alone (pro) run once */       \
+    for (Py_ssize_t r = 0; r < n_in; r++)                                                                      \
+      if (uniform[r]) {                                                                                        \
+        T v = *(const T *)base[r];                                                                             \
+        for (Py_ssize_t i = 0; i < EC_BLOCK; i++) reg[r][i] = v;                                               \
+      }                                                                                                        \
+    ec_ops_##SFX(pro, n_pro, reg, EC_BLOCK);                                                                   \
     for (int d = 0; d + 1 < ndim; d++) outer *= shape[d];                                                      \
     /* short rows: a block of several, each input's gathered row by row, so the ops run over the     \
      * whole block ((C, 1, 1) against (N, C, 2, 2) gave blocks of 4) */                                  \
@@ -3427,6 +3435,7 @@ static inline void exp_doubles(double *RESTRICT y, const double *RESTRICT x, Py_
       Py_ssize_t k = outer - o < rows ? outer - o : rows;                                                      \
       for (Py_ssize_t j = 0; j < k; j++) {                                                                     \
         for (Py_ssize_t r = 0; r < n_in; r++) {                                                                \
+          if (uniform[r]) continue;                                                                            \
           const Py_ssize_t *s = strides + r * EC_MAX_DIMS;                                                     \
           const char *p = base[r];                                                                             \
           for (int d = 0; d + 1 < ndim; d++) p += idx[d] * s[d];                                               \
@@ -3455,6 +3464,7 @@ static inline void exp_doubles(double *RESTRICT y, const double *RESTRICT x, Py_
       for (Py_ssize_t start = 0; start < inner; start += EC_BLOCK) {                                           \
         Py_ssize_t n = inner - start < EC_BLOCK ? inner - start : EC_BLOCK;                                    \
         for (Py_ssize_t r = 0; r < n_in; r++) {                                                                \
+          if (uniform[r]) continue;                                                                            \
           const Py_ssize_t *s = strides + r * EC_MAX_DIMS;                                                     \
           char *p = base[r];                                                                                   \
           for (int d = 0; d + 1 < ndim; d++) p += idx[d] * s[d];                                               \
@@ -3610,6 +3620,24 @@ static PyObject *elementwise_chain(PyObject *module, PyObject *args) {
     Py_INCREF(result);
     goto done;
   }
+  /* inputs of one element, and the ops of them alone (an epsilon's square root, 1 - a constant):
+   * run once before the blocks, not per element; an output stays in the blocks, which write it */
+  char uniform[EC_MAX_REGS] = {0};
+  int32_t pro[4 * EC_MAX_REGS], body[4 * EC_MAX_REGS];
+  Py_ssize_t n_pro = 0, n_body = 0;
+  for (Py_ssize_t r = 0; r < n_in; r++) {
+    uniform[r] = 1;
+    for (int d = 0; d < cdim; d++)
+      if (strides[r * EC_MAX_DIMS + d]) uniform[r] = 0;
+  }
+  for (Py_ssize_t k = 0; k < n_ops; k++) {
+    const int32_t *q = code + 4 * k;
+    int u = uniform[q[2]] && uniform[q[3]];
+    for (Py_ssize_t j = 0; u && j < n_out; j++)
+      if (out_regs[j] == q[1]) u = 0;
+    uniform[q[1]] = (char)u;
+    memcpy(u ? pro + 4 * n_pro++ : body + 4 * n_body++, q, 16);
+  }
   PyObject *tshape = PyTuple_New(ndim);
   if (!tshape) goto done;
   for (int d = 0; d < ndim; d++) {
@@ -3638,9 +3666,11 @@ static PyObject *elementwise_chain(PyObject *module, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS
     if (kind == 'f')
-      ec_run_float(code, n_ops, n_in, n_regs, base, strides, cdim, cshape, n_out, (float *const *)outs, out_regs, regs);
+      ec_run_float(body, n_body, n_in, n_regs, base, strides, cdim, cshape, n_out, (float *const *)outs, out_regs, regs,
+                   uniform, pro, n_pro);
     else
-      ec_run_double(code, n_ops, n_in, n_regs, base, strides, cdim, cshape, n_out, (double *const *)outs, out_regs, regs);
+      ec_run_double(body, n_body, n_in, n_regs, base, strides, cdim, cshape, n_out, (double *const *)outs, out_regs,
+                    regs, uniform, pro, n_pro);
     Py_END_ALLOW_THREADS
     PyMem_Free(regs);
   }

@@ -2,6 +2,7 @@
 
     python benchmarks/switch_ab.py --switch fused_conv.NATIVE_POINTWISE_ENABLED \
         --models 'tv_*,resnet_ts,mobilenet_*' [--runs 200] [--threads 2] [--clock cpu]
+    python benchmarks/switch_ab.py --optimizer-pass fuse_elementwise_chains --models 'jx_*'
 
 The switch (a module of ``onnxhal.runtime.providers.cpu.kernels`` and a name in it, read when a
 kernel is built) is set off and on while four sessions of each model are created (off, on, on, off);
@@ -31,6 +32,9 @@ if __name__ == "__main__":  # as bench.py: numpy's BLAS configured before numpy 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+#: with --optimizer-pass, whether the session being made runs the pass
+_PASS_ON = True
+
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "real_models")
 
 
@@ -49,7 +53,10 @@ def _timed_run(session, feeds: dict, clock) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--switch", required=True, help="MODULE.NAME under onnxhal.runtime.providers.cpu.kernels")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--switch", help="MODULE.NAME under onnxhal.runtime.providers.cpu.kernels")
+    which.add_argument("--optimizer-pass", help="an optimizer pass's name: off is the session config key "
+                                                "optimization.disable_passes naming it")
     p.add_argument("--models", required=True, help="comma-separated corpus names or shell patterns")
     p.add_argument("--runs", type=int, default=200, help="runs of each side, alternating run by run")
     p.add_argument("--threads", type=int, default=2)
@@ -64,11 +71,17 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnxhal
 
-    module_name, _, name = args.switch.rpartition(".")
-    module = importlib.import_module(f"onnxhal.runtime.providers.cpu.kernels.{module_name}")
-    if not hasattr(module, name):
-        p.error(f"--switch {args.switch}: {module.__name__} has no {name!r} (give MODULE.NAME, e.g. "
-                "fused_conv.NATIVE_POINTWISE_ENABLED)")
+    if args.switch:
+        module_name, _, name = args.switch.rpartition(".")
+        module = importlib.import_module(f"onnxhal.runtime.providers.cpu.kernels.{module_name}")
+        if not hasattr(module, name):
+            p.error(f"--switch {args.switch}: {module.__name__} has no {name!r} (give MODULE.NAME, e.g. "
+                    "fused_conv.NATIVE_POINTWISE_ENABLED)")
+    else:
+        from onnxhal.runtime.optimizer.passes import PASSES
+        if args.optimizer_pass not in {entry[0] for entry in PASSES}:
+            p.error(f"--optimizer-pass {args.optimizer_pass}: no optimizer pass has that name")
+        module, name = sys.modules[__name__], "_PASS_ON"  # this module's flag, read when a session is made
     original = getattr(module, name)
     models = corpus_models(args.models)
     if not models:
@@ -86,7 +99,12 @@ def main(argv: list[str] | None = None) -> int:
             # off, on, on, off: neither side has all the early or all the late sessions
             for value in ((True,) * 4 if args.same else (False, True, True, False)):
                 setattr(module, name, value)
-                sessions.append(onnxhal.InferenceSession(path, so, providers=["CPUExecutionProvider"]))
+                side = so
+                if args.optimizer_pass and not value:
+                    side = onnxhal.SessionOptions()
+                    side.intra_op_num_threads = args.threads
+                    side.add_session_config_entry("optimization.disable_passes", args.optimizer_pass)
+                sessions.append(onnxhal.InferenceSession(path, side, providers=["CPUExecutionProvider"]))
         finally:
             setattr(module, name, original)
         oso = ort.SessionOptions()

@@ -69,6 +69,7 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.graph import Graph
 from onnxhal.runtime.optimizer import cleanup as opt_cleanup
 from onnxhal.runtime.optimizer import dynamic_quant_fusions as opt_dynamic_quant
+from onnxhal.runtime.optimizer import elementwise_chains as opt_elementwise_chains
 from onnxhal.runtime.optimizer import float16_regions as opt_float16_regions
 from onnxhal.runtime.optimizer import fusions as opt_fusions
 from onnxhal.runtime.optimizer import horizontal as opt_horizontal
@@ -129,6 +130,8 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
     ("fuse_batchnorm_activation", _EXTENDED, opt_fusions.fuse_batchnorm_activation, False, True),
     ("fuse_classifier_normalizer", _EXTENDED, opt_ml_fusions.fuse_classifier_normalizer, False, True),
     ("fuse_gather_reduce", _EXTENDED, opt_horizontal.fuse_gather_reduce, False, True),
+    # last of its level: every pattern fusion above has taken its elementwise nodes first
+    ("fuse_elementwise_chains", _EXTENDED, opt_elementwise_chains.fuse_elementwise_chains, True, True),
     ("adopt_fused_kernels", _LAYOUT, opt_fusions.adopt_fused_kernels, False, True),
     ("fuse_channel_shuffle", _LAYOUT, opt_fusions.fuse_channel_shuffle, False, True),
     ("pretranspose_gemm_weights", _LAYOUT, opt_weight_folding.pretranspose_gemm_weights, False, True),
@@ -140,7 +143,8 @@ PASSES: list[tuple[str, GraphOptimizationLevel, GraphPass, bool, bool]] = [
 #: layout-sensitive ops only, and does not carry NHWC through elementwise ones). GatherReduce
 #: (``fuse_gather_reduce``) has a CPU kernel only.
 CPU_EP_PASSES = frozenset({"collapse_qdq_pairs", "drop_requantize", "fuse_channel_shuffle",
-                           "fuse_conv_gated_activation", "fuse_dynamic_quantize_matmul", "fuse_gather_reduce",
+                           "fuse_conv_gated_activation", "fuse_dynamic_quantize_matmul", "fuse_elementwise_chains",
+                           "fuse_gather_reduce",
                            "pretranspose_gemm_weights", "pull_relu_after_maxpool", "run_float16_regions",
                            "tabulate_grid_chains"})
 
@@ -201,6 +205,7 @@ TRIGGERS: dict[str, frozenset[str]] = {name: frozenset(ops) for name, ops in {
     "fuse_batchnorm_activation": ("BatchNormalization",),
     "fuse_classifier_normalizer": ("LinearClassifier",),
     "fuse_gather_reduce": ("ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin"),
+    "fuse_elementwise_chains": tuple(opt_elementwise_chains.CHAIN_OPS),
     "adopt_fused_kernels": ("Conv", "Gemm", "MatMul"),
     "fuse_channel_shuffle": ("FusedConv",),
     "pretranspose_gemm_weights": ("FusedGemm",),

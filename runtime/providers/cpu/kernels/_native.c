@@ -3708,6 +3708,377 @@ done:
 }
 /* ---- end of the tree ensemble build ---- */
 
+/* ---- elementwise chains: com.onnxhal ElementwiseChain (elementwise_chain.py) ----
+ * elementwise_chain(code, inputs, out_regs, n_regs, empty): a program of elementwise ops over
+ * registers, run over the outputs' shape a block of EC_BLOCK elements of its last axis at a time,
+ * so every register of a block stays in L1 and the chain costs one call, not one numpy call (and
+ * one executor step) per node. code: int32 quads (op, dst, a, b), op k writing register
+ * len(inputs) + k from registers written before it; registers 0..len(inputs)-1 hold the inputs
+ * broadcast to the outputs' shape (numpy's rule; strides any). The outputs (made by
+ * empty(shape, dtype), C-contiguous) are the whole broadcast shape; out_regs: int32, the register
+ * each is copied from. It declines (None: the caller's numpy form then raises or computes what
+ * the nodes would) where the inputs are not all float32 or all float64, do not broadcast, or an
+ * output's own inputs broadcast to less than the whole shape (it would have a smaller one), or
+ * past EC_LIBM_MAX elements where an op is left to libm, or past EC_SHORT_ROWS_MAX elements in
+ * rows shorter than half a block (below), so
+ * every shape check is one pass over the axes here, not Python's per call. A register holds the
+ * inputs' dtype throughout, as numpy's ops on them would. The ops are the numpy kernels' formulas:
+ * Sigmoid as 0.5 tanh(x / 2) + 0.5 (activation.py), Max / Min propagate NaN as numpy's maximum /
+ * minimum, Relu keeps NaN (numpy's maximum(x, 0)); libm's exp / log / tanh may differ from
+ * numpy's by an ulp. */
+enum { EC_ADD, EC_SUB, EC_MUL, EC_DIV, EC_MAX, EC_MIN, EC_NEG, EC_ABS, EC_SQRT, EC_EXP, EC_LOG, EC_TANH,
+       EC_SIGMOID, EC_RELU, EC_RECIPROCAL, EC_OPS };
+#define EC_BLOCK 256
+#define EC_MAX_REGS 128
+#define EC_MAX_INPUTS 64 /* each output's inputs, a bit each of a uint64_t */
+#define EC_MAX_DIMS 16
+#define EC_LIBM_MAX 2048
+#define EC_SHORT_ROWS_MAX 4096
+
+/* exp of float as exp_nonpositive computes it (2^n exp(f), Taylor to f^7), for any input: +inf
+ * above 88.72, 0 below -86.5 (numpy gives subnormals down to -103, all under 3e-38), NaN kept; one
+ * loop the compiler vectorizes, where libm's expf is a call per element */
+static inline ALWAYS_INLINE NO_TRAPPING_MATH void exp_floats(float *RESTRICT y, const float *RESTRICT x,
+                                                             Py_ssize_t n) {
+  const float magic = 12582912.0f;
+  int32_t magic_bits;
+  memcpy(&magic_bits, &magic, 4);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    float z = x[i];
+    float zc = z > -86.5f ? (z < 88.72283f ? z : 88.72283f) : -86.5f;
+    float r = zc * 1.44269504088896341f + magic;
+    int32_t rbits;
+    memcpy(&rbits, &r, 4);
+    int32_t ni = rbits - magic_bits;
+    float nf = r - magic;
+    float f = (zc - nf * 0.693145751953125f) - nf * 1.42860682030941723212e-6f;
+    float p = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 + f * (1.0f / 120 + f * (1.0f / 720 +
+              f * (1.0f / 5040)))))));
+    int32_t sbits = (ni + 126) << 23; /* 2^(n - 1), times 2 after: 2^128 is no float */
+    float scale;
+    memcpy(&scale, &sbits, 4);
+    float e = p * scale * 2.0f;
+    e = z > 88.72283f ? INFINITY : e;
+    e = z > -86.5f ? e : 0.0f;
+    y[i] = z != z ? z : e;
+  }
+}
+
+static inline void exp_doubles(double *RESTRICT y, const double *RESTRICT x, Py_ssize_t n) {
+  for (Py_ssize_t i = 0; i < n; i++) y[i] = exp(x[i]);
+}
+
+/* TANHV: tanh in place over a block, tanh_floats' vectorized form for float (the LSTM steps'), libm's
+ * for double; EXPV exp_floats / libm's; ec_ops built for AVX-512 and AVX2, so its loops are vectors */
+#define EC_DEFINE(T, SFX, EXPV, LOG, TANHV, SQRT, FABS)                                                        \
+  static VECTOR_CLONES void ec_ops_##SFX(const int32_t *code, Py_ssize_t n_ops, T *const *reg, Py_ssize_t n) { \
+    for (Py_ssize_t k = 0; k < n_ops; k++) {                                                                   \
+      const int32_t *q = code + 4 * k;                                                                         \
+      T *y = reg[q[1]];                                                                                        \
+      const T *a = reg[q[2]], *b = reg[q[3]];                                                                  \
+      const T h = (T)0.5, one = (T)1, zero = (T)0;                                                             \
+      switch (q[0]) {                                                                                          \
+        case EC_ADD: for (Py_ssize_t i = 0; i < n; i++) y[i] = a[i] + b[i]; break;                             \
+        case EC_SUB: for (Py_ssize_t i = 0; i < n; i++) y[i] = a[i] - b[i]; break;                             \
+        case EC_MUL: for (Py_ssize_t i = 0; i < n; i++) y[i] = a[i] * b[i]; break;                             \
+        case EC_DIV: for (Py_ssize_t i = 0; i < n; i++) y[i] = a[i] / b[i]; break;                             \
+        case EC_MAX: for (Py_ssize_t i = 0; i < n; i++) y[i] = (a[i] != a[i] || a[i] >= b[i]) ? a[i] : b[i]; break; \
+        case EC_MIN: for (Py_ssize_t i = 0; i < n; i++) y[i] = (a[i] != a[i] || a[i] <= b[i]) ? a[i] : b[i]; break; \
+        case EC_NEG: for (Py_ssize_t i = 0; i < n; i++) y[i] = -a[i]; break;                                   \
+        case EC_ABS: for (Py_ssize_t i = 0; i < n; i++) y[i] = FABS(a[i]); break;                              \
+        case EC_SQRT: for (Py_ssize_t i = 0; i < n; i++) y[i] = SQRT(a[i]); break;                             \
+        case EC_EXP: EXPV(y, a, n); break;                                                                     \
+        case EC_LOG: for (Py_ssize_t i = 0; i < n; i++) y[i] = LOG(a[i]); break;                               \
+        case EC_TANH:                                                                                          \
+          memcpy(y, a, (size_t)n * sizeof(T));                                                                 \
+          TANHV(y, n);                                                                                         \
+          break;                                                                                               \
+        case EC_SIGMOID:                                                                                       \
+          for (Py_ssize_t i = 0; i < n; i++) y[i] = a[i] * h;                                                  \
+          TANHV(y, n);                                                                                         \
+          for (Py_ssize_t i = 0; i < n; i++) y[i] = y[i] * h + h;                                              \
+          break;                                                                                               \
+        case EC_RELU: for (Py_ssize_t i = 0; i < n; i++) y[i] = a[i] < zero ? zero : a[i]; break;              \
+        case EC_RECIPROCAL: for (Py_ssize_t i = 0; i < n; i++) y[i] = one / a[i]; break;                       \
+        default: break;                                                                                        \
+      }                                                                                                        \
+    }                                                                                                          \
+  }                                                                                                            \
+  /* reg[r]: where register r's block is: an input's own memory where its last axis is contiguous,   \
+   * an output's where an output is read from it (no copies), else a buffer of EC_BLOCK in regs */       \
+  static void ec_run_##SFX(const int32_t *code, Py_ssize_t n_ops, Py_ssize_t n_in, Py_ssize_t n_regs,          \
+                           char *const *base, const Py_ssize_t *strides, int ndim, const Py_ssize_t *shape,    \
+                           Py_ssize_t n_out, T *const *outs, const int32_t *out_regs, T *regs,                 \
+                           const char *uniform, const int32_t *pro, Py_ssize_t n_pro) {                        \
+    Py_ssize_t inner = ndim ? shape[ndim - 1] : 1, outer = 1, idx[EC_MAX_DIMS] = {0};                          \
+    T *reg[EC_MAX_REGS];                                                                                       \
+    for (Py_ssize_t r = 0; r < n_regs; r++) reg[r] = regs + r * EC_BLOCK;                                      \
+    /* the uniform inputs (one element) filled once, and the ops of them alone (pro) run once */       \
+    for (Py_ssize_t r = 0; r < n_in; r++)                                                                      \
+      if (uniform[r]) {                                                                                        \
+        T v = *(const T *)base[r];                                                                             \
+        for (Py_ssize_t i = 0; i < EC_BLOCK; i++) reg[r][i] = v;                                               \
+      }                                                                                                        \
+    ec_ops_##SFX(pro, n_pro, reg, EC_BLOCK);                                                                   \
+    for (int d = 0; d + 1 < ndim; d++) outer *= shape[d];                                                      \
+    /* short rows: a block of several, each input's gathered row by row, so the ops run over the     \
+     * whole block ((C, 1, 1) against (N, C, 2, 2) gave blocks of 4) */                                  \
+    Py_ssize_t rows = inner >= EC_BLOCK / 2 ? 1 : EC_BLOCK / inner;                                            \
+    for (Py_ssize_t o = 0; rows > 1 && o < outer; o += rows) {                                                 \
+      Py_ssize_t k = outer - o < rows ? outer - o : rows;                                                      \
+      for (Py_ssize_t j = 0; j < k; j++) {                                                                     \
+        for (Py_ssize_t r = 0; r < n_in; r++) {                                                                \
+          if (uniform[r]) continue;                                                                            \
+          const Py_ssize_t *s = strides + r * EC_MAX_DIMS;                                                     \
+          const char *p = base[r];                                                                             \
+          for (int d = 0; d + 1 < ndim; d++) p += idx[d] * s[d];                                               \
+          Py_ssize_t last = s[ndim - 1];                                                                       \
+          T *y = regs + r * EC_BLOCK + j * inner;                                                              \
+          if (last == 0) {                                                                                     \
+            T v = *(const T *)p;                                                                               \
+            for (Py_ssize_t i = 0; i < inner; i++) y[i] = v;                                                   \
+          } else if (last == (Py_ssize_t)sizeof(T)) {                                                          \
+            const T *src = (const T *)p;                                                                       \
+            for (Py_ssize_t i = 0; i < inner; i++) y[i] = src[i];                                              \
+          } else {                                                                                             \
+            for (Py_ssize_t i = 0; i < inner; i++) y[i] = *(const T *)(p + i * last);                          \
+          }                                                                                                    \
+        }                                                                                                      \
+        for (int d = ndim - 2; d >= 0; d--) {                                                                  \
+          if (++idx[d] < shape[d]) break;                                                                      \
+          idx[d] = 0;                                                                                          \
+        }                                                                                                      \
+      }                                                                                                        \
+      for (Py_ssize_t r = 0; r < n_in; r++) reg[r] = regs + r * EC_BLOCK;                                      \
+      for (Py_ssize_t j = 0; j < n_out; j++) reg[out_regs[j]] = outs[j] + o * inner;                           \
+      ec_ops_##SFX(code, n_ops, reg, k * inner);                                                               \
+    }                                                                                                          \
+    for (Py_ssize_t o = 0; rows == 1 && o < outer; o++) {                                                      \
+      for (Py_ssize_t start = 0; start < inner; start += EC_BLOCK) {                                           \
+        Py_ssize_t n = inner - start < EC_BLOCK ? inner - start : EC_BLOCK;                                    \
+        for (Py_ssize_t r = 0; r < n_in; r++) {                                                                \
+          if (uniform[r]) continue;                                                                            \
+          const Py_ssize_t *s = strides + r * EC_MAX_DIMS;                                                     \
+          char *p = base[r];                                                                                   \
+          for (int d = 0; d + 1 < ndim; d++) p += idx[d] * s[d];                                               \
+          Py_ssize_t last = ndim ? s[ndim - 1] : 0;                                                            \
+          p += start * last;                                                                                   \
+          T *y = regs + r * EC_BLOCK;                                                                          \
+          reg[r] = y;                                                                                          \
+          if (last == 0) {                                                                                     \
+            T v = *(const T *)p;                                                                               \
+            for (Py_ssize_t i = 0; i < n; i++) y[i] = v;                                                       \
+          } else if (last == (Py_ssize_t)sizeof(T)) {                                                          \
+            reg[r] = (T *)p; /* read only: ops write registers n_in and up */                                  \
+          } else {                                                                                             \
+            for (Py_ssize_t i = 0; i < n; i++) y[i] = *(const T *)(p + i * last);                              \
+          }                                                                                                    \
+        }                                                                                                      \
+        for (Py_ssize_t j = 0; j < n_out; j++) reg[out_regs[j]] = outs[j] + o * inner + start;                 \
+        ec_ops_##SFX(code, n_ops, reg, n);                                                                     \
+      }                                                                                                        \
+      for (int d = ndim - 2; d >= 0; d--) {                                                                    \
+        if (++idx[d] < shape[d]) break;                                                                        \
+        idx[d] = 0;                                                                                            \
+      }                                                                                                        \
+    }                                                                                                          \
+  }
+
+EC_DEFINE(float, float, exp_floats, logf, tanh_floats, sqrtf, fabsf)
+EC_DEFINE(double, double, exp_doubles, log, tanh_doubles, sqrt, fabs)
+
+static int ec_item(Py_buffer *b, char *kind) {
+  const char *f = b->format ? b->format : "B";
+  if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+  if (strlen(f) != 1 || !strchr("fd", f[0]) || b->itemsize != (f[0] == 'f' ? 4 : 8)) return 0;
+  *kind = f[0];
+  return 1;
+}
+
+static PyObject *elementwise_chain(PyObject *module, PyObject *args) {
+  PyObject *o_code, *o_in, *o_regs, *o_empty;
+  Py_ssize_t n_regs;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOnO", &o_code, &o_in, &o_regs, &n_regs, &o_empty)) return NULL;
+  if (!PyTuple_Check(o_in) && !PyList_Check(o_in)) {
+    PyErr_SetString(PyExc_TypeError, "elementwise_chain: inputs must be a tuple or a list");
+    return NULL;
+  }
+  PyObject **items = PySequence_Fast_ITEMS(o_in);
+  Py_ssize_t n_in = PySequence_Fast_GET_SIZE(o_in);
+  if (n_in < 1 || n_in > EC_MAX_INPUTS || n_regs > EC_MAX_REGS || n_in > n_regs) {
+    PyErr_Format(PyExc_ValueError, "elementwise_chain: %zd inputs (at most %d) and %zd registers (at most %d)", n_in,
+                 EC_MAX_INPUTS, n_regs, EC_MAX_REGS);
+    return NULL;
+  }
+  Py_buffer bc, br, bin[EC_MAX_INPUTS], bout[EC_MAX_REGS];
+  Py_ssize_t got_in = 0, got_out = 0, n_out = 0;
+  int held_code = 0, held_regs = 0;
+  PyObject *result = NULL, *list = NULL;
+  char *base[EC_MAX_INPUTS];
+  void *outs[EC_MAX_REGS];
+  Py_ssize_t strides[EC_MAX_INPUTS * EC_MAX_DIMS], shape[EC_MAX_DIMS], dims[EC_MAX_INPUTS][EC_MAX_DIMS];
+  uint64_t deps[EC_MAX_REGS];
+  if (PyObject_GetBuffer(o_code, &bc, PyBUF_SIMPLE) < 0) goto done;
+  held_code = 1;
+  if (PyObject_GetBuffer(o_regs, &br, PyBUF_SIMPLE) < 0) goto done;
+  held_regs = 1;
+  Py_ssize_t n_ops = bc.len / 16;
+  n_out = br.len / 4;
+  const int32_t *code = bc.buf, *out_regs = br.buf;
+  if (bc.len % 16 || br.len % 4 || n_out < 1 || n_out > EC_MAX_REGS || n_in + n_ops > n_regs) {
+    PyErr_SetString(PyExc_ValueError, "elementwise_chain: code must be int32 quads, out_regs int32s, within n_regs");
+    goto done;
+  }
+  for (Py_ssize_t r = 0; r < n_in; r++) deps[r] = (uint64_t)1 << r;
+  for (Py_ssize_t k = 0; k < n_ops; k++) {
+    const int32_t *q = code + 4 * k;
+    /* ops read registers written before them, and write the next one: registers are single-assignment */
+    if (q[0] < 0 || q[0] >= EC_OPS || q[1] != n_in + k || q[2] < 0 || q[2] >= q[1] || q[3] < 0 || q[3] >= q[1]) {
+      PyErr_Format(PyExc_ValueError, "elementwise_chain: op %zd of the code is out of range", k);
+      goto done;
+    }
+    deps[q[1]] = deps[q[2]] | deps[q[3]];
+  }
+  for (Py_ssize_t j = 0; j < n_out; j++)
+    if (out_regs[j] < n_in || out_regs[j] >= n_in + n_ops) {
+      PyErr_SetString(PyExc_ValueError, "elementwise_chain: an output register is not an op's");
+      goto done;
+    }
+  char kind = 0, k2;
+  int ndim = 0, declined = 0;
+  for (; got_in < n_in; got_in++) {
+    if (PyObject_GetBuffer(items[got_in], &bin[got_in], PyBUF_STRIDED_RO | PyBUF_FORMAT) < 0) goto done;
+    Py_buffer *b = &bin[got_in];
+    if (!ec_item(b, &k2) || (kind && k2 != kind) || b->ndim > EC_MAX_DIMS) {
+      got_in++;
+      declined = 1;
+      break;
+    }
+    kind = k2;
+    if (b->ndim > ndim) ndim = b->ndim;
+    base[got_in] = b->buf;
+  }
+  /* numpy's broadcast of all inputs, and of each output's inputs, which must be the same */
+  for (int d = 0; !declined && d < ndim; d++) {
+    shape[d] = 1;
+    for (Py_ssize_t r = 0; r < n_in; r++) {
+      int lead = ndim - bin[r].ndim;
+      Py_ssize_t dim = dims[r][d] = d < lead ? 1 : bin[r].shape[d - lead];
+      strides[r * EC_MAX_DIMS + d] = dim == 1 ? 0 : bin[r].strides[d - lead];
+      if (dim != 1 && shape[d] != dim) {
+        if (shape[d] != 1) declined = 1;
+        shape[d] = dim;
+      }
+    }
+    for (Py_ssize_t j = 0; !declined && j < n_out; j++) {
+      Py_ssize_t got = 1;
+      for (Py_ssize_t r = 0; r < n_in; r++)
+        if (deps[out_regs[j]] >> r & 1 && dims[r][d] != 1) got = dims[r][d];
+      if (got != shape[d]) declined = 1;
+    }
+  }
+  /* ops left to libm (log; exp, tanh and sigmoid of double) are a call per element, where numpy's
+   * loops are vectors: past EC_LIBM_MAX elements numpy's form is the faster one */
+  Py_ssize_t total = 1;
+  for (int d = 0; d < ndim; d++) total *= shape[d];
+  for (Py_ssize_t k = 0; !declined && total > EC_LIBM_MAX && k < n_ops; k++) {
+    int op = code[4 * k];
+    if (op == EC_LOG || (kind == 'd' && (op == EC_EXP || op == EC_TANH || op == EC_SIGMOID))) declined = 1;
+  }
+  if (declined) {
+    result = Py_None;
+    Py_INCREF(result);
+    goto done;
+  }
+  /* the axes run over: those of size 1 dropped, and an axis merged into the next where every
+   * input steps over both as over one (numpy's iterator does the same), so a block is a long run
+   * wherever the layouts allow (an elementwise op on [N, C, H, 1] would be blocks of 1) */
+  int cdim = 0, empty = 0;
+  Py_ssize_t cshape[EC_MAX_DIMS];
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] == 0) empty = 1;
+    if (shape[d] == 1) continue;
+    int merge = cdim > 0;
+    for (Py_ssize_t r = 0; merge && r < n_in; r++)
+      if (strides[r * EC_MAX_DIMS + cdim - 1] != strides[r * EC_MAX_DIMS + d] * shape[d]) merge = 0;
+    if (merge) cshape[cdim - 1] *= shape[d];
+    else cshape[cdim++] = shape[d];
+    for (Py_ssize_t r = 0; r < n_in; r++) strides[r * EC_MAX_DIMS + cdim - 1] = strides[r * EC_MAX_DIMS + d];
+  }
+  /* short rows of a large output: gathered row by row and input by input, which costs more than
+   * numpy's broadcasting loops save by the fusion (hf_convnextv2's [2, 256, 32] 45 us, numpy's 23) */
+  if (!empty && cdim > 1 && cshape[cdim - 1] < EC_BLOCK / 2 && total > EC_SHORT_ROWS_MAX) {
+    result = Py_None;
+    Py_INCREF(result);
+    goto done;
+  }
+  /* inputs of one element, and the ops of them alone (an epsilon's square root, 1 - a constant):
+   * run once before the blocks, not per element; an output stays in the blocks, which write it */
+  char uniform[EC_MAX_REGS] = {0};
+  int32_t pro[4 * EC_MAX_REGS], body[4 * EC_MAX_REGS];
+  Py_ssize_t n_pro = 0, n_body = 0;
+  for (Py_ssize_t r = 0; r < n_in; r++) {
+    uniform[r] = 1;
+    for (int d = 0; d < cdim; d++)
+      if (strides[r * EC_MAX_DIMS + d]) uniform[r] = 0;
+  }
+  for (Py_ssize_t k = 0; k < n_ops; k++) {
+    const int32_t *q = code + 4 * k;
+    int u = uniform[q[2]] && uniform[q[3]];
+    for (Py_ssize_t j = 0; u && j < n_out; j++)
+      if (out_regs[j] == q[1]) u = 0;
+    uniform[q[1]] = (char)u;
+    memcpy(u ? pro + 4 * n_pro++ : body + 4 * n_body++, q, 16);
+  }
+  PyObject *tshape = PyTuple_New(ndim);
+  if (!tshape) goto done;
+  for (int d = 0; d < ndim; d++) {
+    PyObject *v = PyLong_FromSsize_t(shape[d]);
+    if (!v) {
+      Py_DECREF(tshape);
+      goto done;
+    }
+    PyTuple_SET_ITEM(tshape, d, v);
+  }
+  list = PyList_New(n_out);
+  for (; list && got_out < n_out; got_out++) {
+    PyObject *y = PyObject_CallFunction(o_empty, "(Os)", tshape, kind == 'f' ? "float32" : "float64");
+    if (!y) break;
+    PyList_SET_ITEM(list, got_out, y);
+    if (PyObject_GetBuffer(y, &bout[got_out], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) break;
+    outs[got_out] = bout[got_out].buf;
+  }
+  Py_DECREF(tshape);
+  if (!list || got_out < n_out) goto done;
+  if (!empty) {
+    void *regs = PyMem_Malloc((size_t)n_regs * EC_BLOCK * (kind == 'f' ? 4 : 8));
+    if (!regs) {
+      PyErr_NoMemory();
+      goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == 'f')
+      ec_run_float(body, n_body, n_in, n_regs, base, strides, cdim, cshape, n_out, (float *const *)outs, out_regs, regs,
+                   uniform, pro, n_pro);
+    else
+      ec_run_double(body, n_body, n_in, n_regs, base, strides, cdim, cshape, n_out, (double *const *)outs, out_regs,
+                    regs, uniform, pro, n_pro);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(regs);
+  }
+  result = list;
+  list = NULL;
+done:
+  for (Py_ssize_t k = 0; k < got_in; k++) PyBuffer_Release(&bin[k]);
+  for (Py_ssize_t k = 0; k < got_out; k++) PyBuffer_Release(&bout[k]);
+  Py_XDECREF(list);
+  if (held_regs) PyBuffer_Release(&br);
+  if (held_code) PyBuffer_Release(&bc);
+  return result;
+}
+/* ---- end of elementwise chains ---- */
+
 static PyMethodDef module_methods[] = {
     {"forest_build", forest_build, METH_VARARGS,
      "forest_build(trees, ids, leaf, true_ids, false_ids, leaf_trees, leaf_ids, true_next, false_next, roots, "
@@ -3812,6 +4183,11 @@ static PyMethodDef module_methods[] = {
      "max_pool_3d(x, y, kernel, strides, pads, dilations): each window's maximum of x [N, C, D, H, W] into y "
      "[N, C, OD, OH, OW] (float32 or float64), one axis at a time; pads the leading ones, a window of padding "
      "alone -inf."},
+    {"elementwise_chain", elementwise_chain, METH_VARARGS,
+     "elementwise_chain(code, inputs, out_regs, n_regs, empty): a com.onnxhal ElementwiseChain's program (int32 "
+     "quads op, dst, a, b over registers) over the inputs (a tuple or list, broadcast): the outputs, made by "
+     "empty(shape, dtype), as a list; None where it declines (inputs not all float32 or all float64, shapes "
+     "that do not broadcast, an output whose inputs broadcast to less than the whole shape)."},
     {NULL, NULL, 0, NULL}};
 
 static PyMethodDef forest_methods[] = {

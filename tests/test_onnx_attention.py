@@ -205,7 +205,7 @@ def test_rotary_embedding_names_caches_of_the_wrong_width_and_positions_past_the
 def _grouped_cases():
     for layout in ("4d", "3d"):
         for heads, kv_heads in ((4, 4), (4, 2), (6, 1)):
-            for mask in ("none", "bool", "bool2d", "dead", "short", "float"):
+            for mask in ("none", "bool", "bool2d", "row", "dead", "short", "float"):
                 for causal, past in ((0, 0), (1, 0), (1, 3), (0, 2)):
                     yield layout, heads, kv_heads, mask, causal, past
 
@@ -218,6 +218,8 @@ def test_grouped_rows_path_matches_the_plain_path(layout, heads, kv_heads, mask,
                                     "short" if mask == "short" else "none" if mask == "none" else "bool", past)
     if mask == "bool2d":
         feeds["attn_mask"] = np.ascontiguousarray(feeds["attn_mask"][0, 0])
+    elif mask == "row":  # one row of keys for every query: [B, 1, 1, T]
+        feeds["attn_mask"] = np.ascontiguousarray(feeds["attn_mask"][:, :, :1])
     elif mask == "dead":
         feeds["attn_mask"][1, 0, 2, :] = False  # query 2 of batch 1 sees no key: zeros
     n_out = 3 if past else 1

@@ -136,27 +136,34 @@ class Attention(Kernel):
     def _grouped_rows(self, q4: np.ndarray, k4: np.ndarray, v4: np.ndarray, mask: np.ndarray | None,
                       scale: np.generic, rep: int, offset: int) -> np.ndarray:
         """The plain path's result in fewer numpy calls: the rep query heads sharing a key-value head
-        read as rep * S rows of one head ([B, kvH, rep * S, D], a view of 4-D queries), so the scores and the
-        weighted sum are 4-D matmuls over [B, kvH] with no broadcast batch axis, and the scale and
-        the bias go in place. For one query token or a short sequence the plain path's cost is
+        read as rep * S rows of one head ([B, kvH, rep * S, D], a view of 4-D queries), so the scores
+        and the weighted sum are 4-D matmuls over [B, kvH] with no broadcast batch axis, the scale and
+        the bias go in place, and a boolean mask's fully masked rows are found on the mask. For one query token or a short sequence the plain path's cost is
         numpy's per-call overhead, not arithmetic."""
         b, h, s, d = q4.shape
         kvh, t, dv = k4.shape[1], k4.shape[2], v4.shape[3]
         scores = np.matmul(q4.reshape(b, kvh, rep * s, d), k4.transpose(0, 1, 3, 2))
         scores *= scale
-        bias = self._bias(mask, s, t, offset, q4.dtype)
         dead = None
-        if bias is not None:
-            # fully masked rows as the plain path finds them; a boolean mask of every key with a
-            # key seen in each row (the usual case) tells it without reducing the bias
-            if self.causal or mask is None or mask.shape[-1] != t \
-                    or not np.logical_or.reduce(mask, axis=-1).all():
+        if mask is not None and not self.causal and mask.shape[-1] == t and mask.shape[-2] in (1, s):
+            # a boolean mask of every key alone: its fully masked rows are the rows with no key
+            # seen, found on the mask and seen (bias 0) in the bias, as the plain path does
+            dead = ~np.logical_or.reduce(mask, axis=-1, keepdims=True)
+            if dead.any():
+                bias = np.where(mask | dead, q4.dtype.type(0), q4.dtype.type(-np.inf))
+                dead = dead if dead.ndim == 2 else dead[:, :, None]
+            else:
+                bias, dead = np.where(mask, q4.dtype.type(0), q4.dtype.type(-np.inf)), None
+        else:
+            bias = self._bias(mask, s, t, offset, q4.dtype)
+            if bias is not None:
                 dead = np.maximum.reduce(bias, axis=-1, keepdims=True) == -np.inf
                 if dead.any():
                     bias = np.where(dead, bias.dtype.type(0), bias)
                     dead = dead if dead.ndim == 2 else dead[:, :, None]
                 else:
                     dead = None
+        if bias is not None:
             grouped = scores.reshape(b, kvh, rep, s, t)  # a view; a 4-D bias has one head: over rep
             np.add(grouped, bias if bias.ndim == 2 else bias[:, :, None], out=grouped)
         probs = softmax_last_axis(scores)

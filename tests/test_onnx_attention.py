@@ -17,6 +17,8 @@ from onnx.reference import ReferenceEvaluator
 import onnxhal
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu import kernel_factory
+from onnxhal.runtime.providers.cpu.kernels import onnx_attention
+from onnxhal.runtime.providers.cpu.kernels.ms_decoder_attention import rotate, rotate_whole_halves
 
 
 def _model(op: str, feeds: dict, n_out: int, **attrs) -> onnx.ModelProto:
@@ -198,3 +200,67 @@ def test_rotary_embedding_names_caches_of_the_wrong_width_and_positions_past_the
                                     providers=["CPUExecutionProvider"])
     with pytest.raises(InvalidArgument, match="outside the 16 rows of cos_cache"):
         sess.run(None, feeds)
+
+
+def _grouped_cases():
+    for layout in ("4d", "3d"):
+        for heads, kv_heads in ((4, 4), (4, 2), (6, 1)):
+            for mask in ("none", "bool", "bool2d", "row", "dead", "short", "float"):
+                for causal, past in ((0, 0), (1, 0), (1, 3), (0, 2)):
+                    yield layout, heads, kv_heads, mask, causal, past
+
+
+@pytest.mark.parametrize("layout,heads,kv_heads,mask,causal,past", list(_grouped_cases()))
+def test_grouped_rows_path_matches_the_plain_path(layout, heads, kv_heads, mask, causal, past, monkeypatch):
+    """onnx_attention.GROUPED_ROWS_ENABLED on against off, same inputs; taken exactly where its
+    condition holds (boolean masks of one head or 2-D, none; a float mask stays on the plain path)."""
+    feeds, attrs = _attention_feeds(11, layout, heads, kv_heads, "float" if mask == "float" else
+                                    "short" if mask == "short" else "none" if mask == "none" else "bool", past)
+    if mask == "bool2d":
+        feeds["attn_mask"] = np.ascontiguousarray(feeds["attn_mask"][0, 0])
+    elif mask == "row":  # one row of keys for every query: [B, 1, 1, T]
+        feeds["attn_mask"] = np.ascontiguousarray(feeds["attn_mask"][:, :, :1])
+    elif mask == "dead":
+        feeds["attn_mask"][1, 0, 2, :] = False  # query 2 of batch 1 sees no key: zeros
+    n_out = 3 if past else 1
+    model = _model("Attention", feeds, n_out, is_causal=causal, **attrs).SerializeToString()
+    given = {k: v for k, v in feeds.items() if v is not None}
+    sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    taken: list[int] = []
+    grouped = onnx_attention.Attention._grouped_rows
+    monkeypatch.setattr(onnx_attention.Attention, "_grouped_rows",
+                        lambda self, *a: taken.append(1) or grouped(self, *a))
+    monkeypatch.setattr(onnx_attention, "GROUPED_ROWS_ENABLED", False)
+    plain = sess.run(None, given)
+    assert not taken
+    monkeypatch.setattr(onnx_attention, "GROUPED_ROWS_ENABLED", True)
+    got = sess.run(None, given)
+    assert bool(taken) == (mask != "float"), (mask, taken)
+    _close(got, plain, f"grouped rows {layout} {heads}/{kv_heads} mask {mask} causal {causal} past {past}", 1e-5, 1e-6)
+    if mask == "dead":
+        assert not np.isnan(got[0]).any()
+
+
+@pytest.mark.parametrize("seed,shape,half", [(0, (2, 3, 5, 8), 4), (1, (1, 4, 1, 16), 8), (2, (3, 2, 7, 2), 1)])
+def test_rotate_whole_halves_equals_rotate_to_the_bit(seed, shape, half):
+    rng = np.random.default_rng(seed)
+    x = _f(rng, *shape)
+    angles = rng.uniform(-3, 3, (shape[0], 1, shape[2], half)).astype(np.float32)
+    cos, sin = np.cos(angles), np.sin(angles)
+    np.testing.assert_array_equal(rotate_whole_halves(x, cos, sin), rotate(x, cos, sin, False))
+
+
+@pytest.mark.parametrize("layout,interleaved,rotary_dim", [("4d", 0, 0), ("3d", 0, 0), ("4d", 0, 4), ("4d", 1, 0)])
+def test_rotary_whole_halves_switch_matches_the_plain_path(layout, interleaved, rotary_dim, monkeypatch):
+    feeds, attrs = _rotary_feeds(4, layout, rotary_dim, "ids")
+    model = _model("RotaryEmbedding", feeds, 1, interleaved=interleaved, **attrs).SerializeToString()
+    sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    taken: list[int] = []
+    monkeypatch.setattr(onnx_attention, "rotate_whole_halves",
+                        lambda *a: taken.append(1) or rotate_whole_halves(*a))
+    monkeypatch.setattr(onnx_attention, "WHOLE_HALVES_ENABLED", False)
+    plain = sess.run(None, feeds)
+    monkeypatch.setattr(onnx_attention, "WHOLE_HALVES_ENABLED", True)
+    got = sess.run(None, feeds)
+    assert bool(taken) == (not interleaved and not rotary_dim)
+    np.testing.assert_array_equal(got[0], plain[0])

@@ -31,6 +31,17 @@ def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -
     return out
 
 
+def rotate_whole_halves(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """``rotate(x, cos, sin, False)`` where the rotary dim is all of x's last axis, in five numpy
+    calls instead of nine: x * [cos, cos] + [x2, x1] * [-sin, sin]; b * -sin is -(b * sin) exactly,
+    so the result is the same to the bit."""
+    half = cos.shape[-1]
+    swapped = np.concatenate((x[..., half:], x[..., :half]), axis=-1)
+    out = x * np.concatenate((cos, cos), axis=-1)
+    out += swapped * np.concatenate((-sin, sin), axis=-1)
+    return out
+
+
 def positions(position_ids: np.ndarray | None, batch: int, seq: int, start: np.ndarray | int = 0) -> np.ndarray:
     """[B, S] positions: position_ids ([B, S], or one offset for all), else start + 0..S-1."""
     if position_ids is None:

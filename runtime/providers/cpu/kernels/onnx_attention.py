@@ -13,9 +13,14 @@ from onnx import helper
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
-from onnxhal.runtime.providers.cpu.kernels.ms_decoder_attention import rotate
+from onnxhal.runtime.providers.cpu.kernels.ms_decoder_attention import rotate, rotate_whole_halves
 from onnxhal.runtime.providers.cpu.kernels.numerics import softmax_last_axis
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+
+# the grouped-rows path of Attention (Attention._grouped_rows); off: the plain broadcast products
+GROUPED_ROWS_ENABLED = True
+# RotaryEmbedding's whole-head halves by rotate_whole_halves; off: rotate's halves by slices
+WHOLE_HALVES_ENABLED = True
 
 
 def _opt(inputs: list, i: int) -> np.ndarray | None:
@@ -85,6 +90,11 @@ class Attention(Kernel):
                                   "keys and values of one length, queries and keys of one head size.")
         scale = q.dtype.type(1.0 / np.sqrt(d) if self.scale is None else self.scale)
         rep = h // kvh
+        if GROUPED_ROWS_ENABLED and self._grouped_rows_apply(mask, q.dtype):
+            out = self._grouped_rows(q4, k4, v4, mask, scale, rep, 0 if past_k is None else past_k.shape[2])
+            if three_d:
+                out = out.transpose(0, 2, 1, 3).reshape(b, s, h * v4.shape[3])
+            return [out, k4, v4]
         # grouped heads without repeating K and V: [B, kvH, rep, S, D] against [B, kvH, 1, D, T]
         scores = np.matmul(q4.reshape(b, kvh, rep, s, d) * scale, k4.transpose(0, 1, 3, 2)[:, :, None])
         scores = scores.reshape(b, h, s, t)
@@ -114,6 +124,52 @@ class Attention(Kernel):
         if three_d:
             out = out.transpose(0, 2, 1, 3).reshape(b, s, h * v4.shape[3])
         return [out, k4, v4]
+
+    def _grouped_rows_apply(self, mask: np.ndarray | None, dtype: np.dtype) -> bool:
+        """The grouped-rows path's condition: float32 without softcap or another softmax precision,
+        no mask, or a boolean mask [S, T] or [B or 1, 1, S or 1, T] (the exporters' forms: its bias
+        broadcasts over the heads)."""
+        return (dtype == np.float32 and self.softcap <= 0 and self.precision in (None, dtype)
+                and (mask is None or (mask.dtype == np.bool_
+                                      and (mask.ndim == 2 or (mask.ndim == 4 and mask.shape[1] == 1)))))
+
+    def _grouped_rows(self, q4: np.ndarray, k4: np.ndarray, v4: np.ndarray, mask: np.ndarray | None,
+                      scale: np.generic, rep: int, offset: int) -> np.ndarray:
+        """The plain path's result in fewer numpy calls: the rep query heads sharing a key-value head
+        read as rep * S rows of one head ([B, kvH, rep * S, D], a view of 4-D queries), so the scores
+        and the weighted sum are 4-D matmuls over [B, kvH] with no broadcast batch axis, the scale and
+        the bias go in place, and a boolean mask's fully masked rows are found on the mask. For one query token or a short sequence the plain path's cost is
+        numpy's per-call overhead, not arithmetic."""
+        b, h, s, d = q4.shape
+        kvh, t, dv = k4.shape[1], k4.shape[2], v4.shape[3]
+        scores = np.matmul(q4.reshape(b, kvh, rep * s, d), k4.transpose(0, 1, 3, 2))
+        scores *= scale
+        dead = None
+        if mask is not None and not self.causal and mask.shape[-1] == t and mask.shape[-2] in (1, s):
+            # a boolean mask of every key alone: its fully masked rows are the rows with no key
+            # seen, found on the mask and seen (bias 0) in the bias, as the plain path does
+            dead = ~np.logical_or.reduce(mask, axis=-1, keepdims=True)
+            if dead.any():
+                bias = np.where(mask | dead, q4.dtype.type(0), q4.dtype.type(-np.inf))
+                dead = dead if dead.ndim == 2 else dead[:, :, None]
+            else:
+                bias, dead = np.where(mask, q4.dtype.type(0), q4.dtype.type(-np.inf)), None
+        else:
+            bias = self._bias(mask, s, t, offset, q4.dtype)
+            if bias is not None:
+                dead = np.maximum.reduce(bias, axis=-1, keepdims=True) == -np.inf
+                if dead.any():
+                    bias = np.where(dead, bias.dtype.type(0), bias)
+                    dead = dead if dead.ndim == 2 else dead[:, :, None]
+                else:
+                    dead = None
+        if bias is not None:
+            grouped = scores.reshape(b, kvh, rep, s, t)  # a view; a 4-D bias has one head: over rep
+            np.add(grouped, bias if bias.ndim == 2 else bias[:, :, None], out=grouped)
+        probs = softmax_last_axis(scores)
+        if dead is not None:
+            np.copyto(probs.reshape(b, kvh, rep, s, t), probs.dtype.type(0), where=dead)
+        return np.matmul(probs, v4).reshape(b, h, s, dv)
 
     def _bias(self, mask: np.ndarray | None, s: int, t: int, offset: int, dtype: np.dtype) -> np.ndarray | None:
         """The additive bias broadcasting to [B, H, S, T]: the mask (True or 0 where a key is seen, a
@@ -186,8 +242,11 @@ class RotaryEmbedding(Kernel):
         if cos.ndim != 3 or cos.shape[0] not in (1, b) or cos.shape[1] != s:
             raise InvalidArgument(f"{self.what}: caches of shape {list(cos.shape)} for batch {b} and sequence {s}; "
                                   f"they must be [{b} or 1, {s}, {rdim // 2}] (or index them by position_ids).")
-        out = rotate(heads, cos[:, None].astype(x.dtype, copy=False), sin[:, None].astype(x.dtype, copy=False),
-                     self.interleaved)
+        cos, sin = cos[:, None].astype(x.dtype, copy=False), sin[:, None].astype(x.dtype, copy=False)
+        if WHOLE_HALVES_ENABLED and not self.interleaved and rdim == h:
+            out = rotate_whole_halves(heads, cos, sin)
+        else:
+            out = rotate(heads, cos, sin, self.interleaved)
         if x.ndim == 3:
             out = out.transpose(0, 2, 1, 3).reshape(x.shape)
         return [out]

@@ -16,12 +16,12 @@ from onnxhal.runtime.providers.opencl.partition_plan import Buf
 I32, F = np.int32, np.float32
 
 #: ONNX RotaryEmbedding (opset 23) without position_ids: X [B, N, S, H] (``seq_major`` 0) or
-#: [B, S, N * H] (1); the first 2 * half features of each head rotated by the caches [CB, S, half]
-#: (CB 1 broadcasts over the batch), halves (x1, x2) -> (x1 c - x2 s, x2 c + x1 s) or adjacent
+#: [B, S, N * H] (1); the first 2 * hw features of each head rotated by the caches [CB, S, hw]
+#: (CB 1 broadcasts over the batch; ``hw``: half the rotary dim, ``half`` being an OpenCL type), halves (x1, x2) -> (x1 c - x2 s, x2 c + x1 s) or adjacent
 #: pairs when interleaved; the rest copied. The same products and sums as the CPU EP's ``rotate``.
 ROTARY_SOURCE = """
 __kernel void rotary_embedding(__global float* Y, __global const float* X, __global const float* Cc,
-                               __global const float* Sc, const int H, const int N, const int S, const int half,
+                               __global const float* Sc, const int H, const int N, const int S, const int hw,
                                const int interleaved, const int seq_major, const int cache_batch, const int total) {
   const int gid = get_global_id(0);
   if (gid >= total) return;
@@ -29,19 +29,19 @@ __kernel void rotary_embedding(__global float* Y, __global const float* X, __glo
   int rem = gid / H, s, b;
   if (seq_major) { rem /= N; s = rem % S; b = rem / S; } else { s = rem % S; b = rem / (S * N); }
   const float v = X[gid];
-  if (h >= 2 * half) { Y[gid] = v; return; }
+  if (h >= 2 * hw) { Y[gid] = v; return; }
   const int row = (cache_batch == 1 ? 0 : b) * S + s;
   int i;
   float partner, sign;
   if (interleaved) {
     i = h >> 1;
     if (h & 1) { partner = X[gid - 1]; sign = 1.0f; } else { partner = X[gid + 1]; sign = -1.0f; }
-  } else if (h < half) {
-    i = h; partner = X[gid + half]; sign = -1.0f;
+  } else if (h < hw) {
+    i = h; partner = X[gid + hw]; sign = -1.0f;
   } else {
-    i = h - half; partner = X[gid - half]; sign = 1.0f;
+    i = h - hw; partner = X[gid - hw]; sign = 1.0f;
   }
-  const float c = Cc[row * half + i], sn = Sc[row * half + i];
+  const float c = Cc[row * hw + i], sn = Sc[row * hw + i];
   Y[gid] = sign < 0.0f ? v * c - partner * sn : v * c + partner * sn;
 }
 """

@@ -94,6 +94,8 @@ ELEMENTWISE_OPS: dict[str, Callable[[Node, list[str], dict], str]] = {
     "Reciprocal": lambda n, a, x: f"(1.0f / {a[0]})",
     "Exp": lambda n, a, x: f"ONNXHAL_EXP({a[0]})",
     "Log": lambda n, a, x: f"log({a[0]})",
+    "Sin": lambda n, a, x: f"sin({a[0]})",
+    "Cos": lambda n, a, x: f"cos({a[0]})",
     "Floor": lambda n, a, x: f"floor({a[0]})",
     "Ceil": lambda n, a, x: f"ceil({a[0]})",
     "Relu": lambda n, a, x: f"({a[0]} < 0.0f ? 0.0f : {a[0]})",  # NaN stays NaN (fmax drops it)

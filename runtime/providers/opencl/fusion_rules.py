@@ -106,6 +106,8 @@ FUSION_RULES: dict[str, str] = {
                      "kernels",
     "pad_resize_ops": "Pad (constant, edge, reflect) and Resize (nearest, linear; the last two axes) claimed (a "
                       "claiming rule; pad_resize_lowering.py): off, they run on the next EP",
+    "opset23_ops": "Sin, Cos, RMSNormalization and RotaryEmbedding (opset 23, no position_ids) claimed (a claiming "
+                   "rule; opset23_lowering.py): off, they run on the next EP, as before they had kernels",
     "typed_values": "int64, int32 and bool values claimed where their op has a kernel for them (a claiming rule): "
                     "Cast, comparisons, And/Or/Xor/Not, Where and integer Add/Sub/Mul/Neg in the fused elementwise "
                     "kernels, their views, Expand, and Gather by indices that are constants of the plan, so an "

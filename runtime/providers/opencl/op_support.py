@@ -60,7 +60,8 @@ REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "
               "ReduceSumSquare": 5, "ReduceL2": 6, "ReduceL1": 7, "ReduceLogSumExp": 8, "ReduceLogSum": 9}
 OTHER_OPS = frozenset({"Gemm", "MatMul", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
                        "Softmax", "LogSoftmax", "LayerNormalization", "Transpose", "Concat", "Split", "Slice", "Gather",
-                       "Expand", "LRN", "GatherND", "InstanceNormalization", "Pad", "Resize", *REDUCE_OPS})
+                       "Expand", "LRN", "GatherND", "InstanceNormalization", "Pad", "Resize", "RMSNormalization",
+                       "RotaryEmbedding", *REDUCE_OPS})
 SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) - frozenset(CONTRIB_ELEMENTWISE) | VIEW_OPS | OTHER_OPS | QUANT_OPS
 #: Ops of the runtime optimizer's domain (runtime/optimizer/fusions.py) with the same kernels.
 FUSED_DOMAIN = "com.onnxhal"
@@ -72,7 +73,8 @@ MS_DOMAIN_OPS = frozenset({"SkipLayerNormalization", "BiasGelu", "FastGelu", "Ge
 #: (domain, op) -> the claiming rule (fusion_rules.py) its kernel is claimed under, so that it can be
 #: switched off and compared with the next EP computing it (issue 47's ops).
 OP_RULES = {**{(MS_DOMAIN, op): "norm_gelu_ops" for op in MS_DOMAIN_OPS}, ("", "InstanceNormalization"): "norm_gelu_ops",
-            ("", "Pad"): "pad_resize_ops", ("", "Resize"): "pad_resize_ops"}
+            ("", "Pad"): "pad_resize_ops", ("", "Resize"): "pad_resize_ops",
+            **{("", op): "opset23_ops" for op in ("Sin", "Cos", "RMSNormalization", "RotaryEmbedding")}}
 _EPILOGUE_CODES = ACTIVATION_CODES
 MAX_RANK = 6
 #: Kernels index with 32-bit ints.
@@ -505,6 +507,46 @@ def _check_layernorm(node: Node, lookup: GraphLookup) -> str | None:
     return None
 
 
+def check_rms_norm(node: Node, lookup: GraphLookup) -> str | None:
+    """ONNX RMSNormalization (opset 23) over the axes from ``axis``, computed in float32: scale of
+    the normalized shape (leading 1s allowed); other broadcasts and stash types are declined."""
+    if node.attr("stash_type", 1) != 1:
+        return f"RMSNormalization stash_type {node.attr('stash_type')} (only 1, float32, has an OpenCL kernel)"
+    shape = lookup.dims(node.inputs[0])
+    if not -len(shape) <= node.attr("axis", -1) < len(shape):
+        return f"RMSNormalization axis {node.attr('axis')} outside rank {len(shape)}"
+    axis = node.attr("axis", -1) % len(shape)
+    normalized = tuple(shape[axis:])
+    if not all(isinstance(d, int) for d in normalized):
+        return "RMSNormalization over symbolic dimensions"
+    scale = lookup.dims(node.inputs[1])
+    if scale is None or not all(isinstance(d, int) for d in scale):
+        return "RMSNormalization scale of no static shape"
+    trimmed = tuple(scale)
+    while len(trimmed) > len(normalized) and trimmed[0] == 1:
+        trimmed = trimmed[1:]
+    if (1,) * (len(normalized) - len(trimmed)) + trimmed != normalized:
+        return (f"RMSNormalization scale {list(scale)} is not of the normalized shape {list(normalized)} "
+                "(a broadcast scale has no OpenCL kernel; the next EP runs it)")
+    return None
+
+
+def check_rotary(node: Node, lookup: GraphLookup) -> str | None:
+    """ONNX RotaryEmbedding (opset 23) without position_ids on [B, N, S, H] or [B, S, hidden]; the
+    caches' shapes are checked on the concrete shapes at planning (InvalidArgument as the CPU EP)."""
+    if len(node.inputs) > 3 and node.inputs[3]:
+        return "RotaryEmbedding with position_ids has no OpenCL kernel (the next EP runs it)"
+    rank = _rank(lookup, node.inputs[0])
+    if rank == 3 and node.attr("num_heads", 0) <= 0:
+        return "RotaryEmbedding of a 3-D input without num_heads"
+    if rank not in (3, 4):
+        return f"RotaryEmbedding of a rank-{rank} input"
+    for i in (1, 2):
+        if (r := _rank(lookup, node.inputs[i])) != 3:
+            return f"RotaryEmbedding cache of rank {r} (an OpenCL kernel needs [B, S, rotary_dim / 2])"
+    return None
+
+
 def _check_bn(node: Node, lookup: GraphLookup) -> str | None:
     if node.attr("training_mode", 0) or len([o for o in node.outputs if o]) > 1:
         return "BatchNormalization in training mode"
@@ -634,7 +676,7 @@ _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
     "MatMul": _check_matmul, "FusedConv": _check_fused, "FusedGemm": _check_fused, "FusedMatMul": _check_fused,
     "FusedBatchNormalization": _check_fused,
     "SkipLayerNormalization": check_skip_layernorm, "InstanceNormalization": check_instance_norm,
-    "Pad": check_pad, "Resize": check_resize,
+    "Pad": check_pad, "Resize": check_resize, "RMSNormalization": check_rms_norm, "RotaryEmbedding": check_rotary,
     "LRN": lambda n, lk: None if _rank(lk, n.inputs[0]) >= 3 else "LRN on rank < 3",
     "Reshape": _check_view, "Flatten": _check_view,
     "Split": lambda n, lk: ("Split with an unnamed output" if not all(n.outputs) else
@@ -648,7 +690,7 @@ _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
 
 # Inputs that are parameters, not float data (index sets), per op.
 PARAM_INPUTS = {"FusedBatchNormalization": {1, 2}, "Reshape": {1}, "Split": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4},
-                 "Gather": {1}, "GatherND": {1}, "Clip": {1, 2}, "Pad": {1, 2, 3}, "Resize": {1, 2, 3}, **{op: {1} for op in REDUCE_OPS}}
+                 "Gather": {1}, "GatherND": {1}, "Clip": {1, 2}, "RotaryEmbedding": {3}, "Pad": {1, 2, 3}, "Resize": {1, 2, 3}, **{op: {1} for op in REDUCE_OPS}}
 
 
 def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:

@@ -55,6 +55,7 @@ from onnxhal.runtime.providers.opencl.op_support import (
     reduce_axes,
     reduce_layout,
 )
+from onnxhal.runtime.providers.opencl.opset23_lowering import Opset23Lowering
 from onnxhal.runtime.providers.opencl.pad_resize_lowering import PadResizeLowering
 from onnxhal.runtime.providers.opencl.partition_plan import Buf, CopyStep, Launch, PartitionPlan
 from onnxhal.runtime.providers.opencl.quant_codegen import CODE_C_TYPES, QUANT_ELEMENTWISE_OPS
@@ -80,7 +81,7 @@ class RmsNormMatch:
     weight: np.ndarray | None
 
 
-class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, PadResizeLowering):
+class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, Opset23Lowering, PadResizeLowering):
     """Builds the plan of one filtered graph. ``lookup`` gives shapes, dtypes and constants."""
 
     def __init__(self, graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset(),

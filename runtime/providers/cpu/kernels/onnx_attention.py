@@ -21,6 +21,8 @@ from onnxhal.runtime.providers.cpu.kernels.registry import register
 GROUPED_ROWS_ENABLED = True
 # RotaryEmbedding's whole-head halves by rotate_whole_halves; off: rotate's halves by slices
 WHOLE_HALVES_ENABLED = True
+#: the float types numpy computes in their own type (matmul included)
+_NUMPY_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _opt(inputs: list, i: int) -> np.ndarray | None:
@@ -68,6 +70,17 @@ class Attention(Kernel):
     def compute(self, inputs: list) -> list:
         if self.reference is not None:
             return self.reference.compute(inputs)
+        dtype = inputs[0].dtype
+        if dtype not in _NUMPY_FLOATS:
+            # bfloat16 (ml_dtypes): numpy's matmul of two bfloat16 arrays gives float32, so the
+            # outputs would come back float32; compute in float32 (as onnxruntime casts around
+            # its float kernels) and round each output to the input's type once
+            wide = [None if x is None or x.dtype != dtype else x.astype(np.float32) for x in inputs]
+            wide = [w if w is not None else x for w, x in zip(wide, inputs)]
+            return [o.astype(dtype) for o in self._compute(wide)]
+        return self._compute(inputs)
+
+    def _compute(self, inputs: list) -> list:
         q, k, v = inputs[:3]
         mask, past_k, past_v = _opt(inputs, 3), _opt(inputs, 4), _opt(inputs, 5)
         if not q.ndim == k.ndim == v.ndim:

@@ -3,14 +3,13 @@ sync streams, IOBinding with device tensors, the allocator after many runs, thre
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
 import onnxhal
 from onnxhal import errors
 from onnxhal.demo import demo_model
+from tests.threads import run_threads
 
 DEFAULT = onnxhal.OrtDeviceMemoryType.DEFAULT
 
@@ -151,11 +150,7 @@ def test_four_threads_on_one_opencl_session_agree(cl_session, reference):
             if not np.allclose(out, refs[k], rtol=1e-3, atol=1e-6):
                 bad.append(k)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker, 4)
     assert bad == []
 
 

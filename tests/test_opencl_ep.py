@@ -4,7 +4,6 @@ compile/compute on small hal.Graphs (after ONNX shape inference), on real OpenCL
 from __future__ import annotations
 
 import logging
-import threading
 
 import numpy as np
 import onnx
@@ -20,6 +19,7 @@ from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
 from onnxhal.runtime.providers.opencl.device_context import ProgramBuildError  # noqa: E402
 from onnxhal.runtime.providers.opencl.ep import OpenCLEp  # noqa: E402
 from tests.opencl_support import compute_on_device, require_opencl  # noqa: E402
+from tests.threads import run_threads
 
 OPENCL_INDEX = require_opencl(module_level=True)
 
@@ -240,11 +240,7 @@ def test_threads_running_one_compiled_partition_agree(ocl):
             if not np.allclose(y, np.tanh(x @ w), rtol=1e-4, atol=1e-5):
                 errors.append(f"thread {seed}")
 
-    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker, 4)
     assert not errors
     assert state.runs == 80
     cinfo.release_state(state)  # one workspace per stream goes with it

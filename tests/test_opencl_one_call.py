@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 
 import numpy as np
 import pytest
@@ -26,6 +25,7 @@ from onnxhal.runtime.providers.opencl.partition_plan import PartitionState  # no
 from onnxhal.runtime.session.run_codegen import ONE_CALL_RUN  # noqa: E402
 from onnxhal.stored_outputs import read_signatures  # noqa: E402
 from tests.opencl_support import keyed_sessions, require_opencl  # noqa: E402
+from tests.threads import run_threads
 
 OPENCL_INDEX = require_opencl(module_level=True)
 if native_replay.replay_module() is None:
@@ -160,11 +160,7 @@ def test_threads_share_a_one_call_session(sessions):
                     np.testing.assert_array_equal(a, b)
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             errors.append(e)
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker, 4)
     assert errors == []
 
 
@@ -310,9 +306,5 @@ def test_threads_share_a_dynamic_partition_across_signatures(register):
                 np.testing.assert_array_equal(made["1"].run(None, signatures[j])[0], expected[j])
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             errors.append(e)
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker, 4)
     assert errors == []

@@ -9,7 +9,6 @@ which must bind the buffers the Python replay binds."""
 from __future__ import annotations
 
 import os
-import threading
 
 import numpy as np
 import pytest
@@ -27,6 +26,7 @@ from onnxhal.runtime.session.memory_context import PAIR_COPIERS  # noqa: E402
 from onnxhal.runtime.session.run_codegen import ONE_CALL_RUN, PREPARED_COPIES  # noqa: E402
 from onnxhal.stored_outputs import read_signatures  # noqa: E402
 from tests.opencl_support import keyed_sessions, require_opencl  # noqa: E402
+from tests.threads import run_threads
 
 OPENCL_INDEX = require_opencl(module_level=True)
 
@@ -135,11 +135,7 @@ def test_threads_share_a_prepared_session(sessions):
                 np.testing.assert_allclose(s.run(None, f)[0], cpu.run(None, f)[0], rtol=1e-5, atol=1e-6)
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             errors.append(e)
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker, 4)
     assert errors == []
 
 

@@ -3,8 +3,6 @@ results equal to the CPU EP's, several threads on one session."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -13,6 +11,7 @@ pytest.importorskip("pyopencl")
 
 import onnxhal  # noqa: E402
 from tests.opencl_support import require_opencl  # noqa: E402
+from tests.threads import run_threads
 
 OPENCL_INDEX = require_opencl(module_level=True)
 
@@ -83,11 +82,7 @@ def test_four_threads_on_one_session_agree(opencl):
             if not np.allclose(sess.run(["y"], {"x": x})[0], cpu.run(["y"], {"x": x})[0], rtol=1e-4, atol=1e-6):
                 failures.append(seed)
 
-    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker, 4)
     assert not failures
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import warnings
 
 import numpy as np
@@ -16,6 +15,7 @@ from onnx import TensorProto, helper
 import onnxhal
 from onnxhal import errors
 from tests.models import ADD_MUL_X, add_mul_model, add_mul_reference, assert_add_mul_runs, make, vi
+from tests.threads import run_threads
 
 X = ADD_MUL_X
 
@@ -139,11 +139,7 @@ def test_many_threads_share_one_session():
             if not np.allclose(got, ref, rtol=1e-4, atol=1e-4):
                 errors_seen.append(seed)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker, 8)
     assert errors_seen == []
 
 

@@ -39,6 +39,21 @@ def pytest_xdist_auto_num_workers(config) -> int:
 _counter = itertools.count()
 
 
+def unregister_after_scope(name: str, failed_in_scope: bool) -> None:
+    """Unregister the library ``name`` at a fixture's teardown. A failed test's traceback (kept by
+    pytest for its report) holds the test's sessions, so ``gc.collect`` cannot release them: after
+    a failure the library is dropped anyway, so that the failure does not add a teardown ERROR and
+    leave the library registered for every later test of the process (its EP name then taken).
+    With no failure a session still alive is a leak (a cycle, a thread, a cache): the Fail stands."""
+    gc.collect()
+    try:
+        onnxhal.unregister_execution_provider_library(name)
+    except onnxhal.errors.Fail:
+        if not failed_in_scope:
+            raise
+        get_environment().force_unregister(name)
+
+
 @pytest.fixture
 def register():
     """``register(library, name=None) -> name``; unregistered after the test (sessions first)."""
@@ -98,7 +113,7 @@ def plugin_file(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def opencl_devices():
+def opencl_devices(request):
     """The OpenCL EP's devices (PoCL here), registered for one test module and unregistered after
     it, so other modules see only the EPs they register (policies depend on what is registered).
     Programs stay cached in the process, so registering again is cheap."""
@@ -108,6 +123,7 @@ def opencl_devices():
     if index is None:  # before registering: a skip here must leave nothing registered behind
         pytest.skip(f"needs a working OpenCL device: {reason}")
     env = get_environment()
+    failed_before = request.session.testsfailed
     registered = False
     if not any(d.ep_name == "OpenCLExecutionProvider" for d in env.ep_devices()):
         onnxhal.register_execution_provider_library("opencl_tests", "onnxhal.runtime.providers.opencl")
@@ -116,11 +132,7 @@ def opencl_devices():
     assert devices, f"OpenCL device {index} passed the probe but the OpenCL EP offers no EP device for it"
     yield devices
     if registered:
-        gc.collect()
-        try:
-            onnxhal.unregister_execution_provider_library("opencl_tests")
-        except onnxhal.errors.Fail:
-            env.force_unregister("opencl_tests")  # a failed test's traceback still holds a session
+        unregister_after_scope("opencl_tests", request.session.testsfailed > failed_before)
 
 
 @pytest.fixture(scope="module")

@@ -178,16 +178,17 @@ def test_threads_running_one_session_get_onnxruntime_outputs(name):
 
 
 @pytest.fixture(scope="module")
-def opencl():
+def opencl(request):
+    from tests.conftest import unregister_after_scope
+
     index, reason = opencl_verdict()
     if index is None:
         pytest.skip(f"needs a working OpenCL device: {reason}")
+    failed_before = request.session.testsfailed
     onnxhal.register_execution_provider_library("opencl_real_models", "onnxhal.runtime.providers.opencl")
     yield
-    import gc
-
-    gc.collect()
-    onnxhal.unregister_execution_provider_library("opencl_real_models")
+    # a failed test's sessions outlive it in its traceback: not a teardown ERROR of its own
+    unregister_after_scope("opencl_real_models", request.session.testsfailed > failed_before)
 
 
 @pytest.mark.parametrize("name", DEVICE_MODELS)

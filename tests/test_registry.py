@@ -165,6 +165,25 @@ def test_unregister_refused_while_a_session_uses_it(register):
     assert not any(d.ep_name == "ToyExecutionProvider" for d in onnxhal.get_ep_devices())
 
 
+def test_a_session_outliving_a_forced_unregister_does_not_uncount_the_next_library(register):
+    """A failed test's traceback keeps its sessions alive, so its fixture force-unregisters the
+    library; the next test registers one under the same name. The old session, dropped later, must
+    not uncount the new library's sessions (counted by name, it did: the new library could then be
+    unregistered under a live session)."""
+    from tests.models import add_mul_model
+
+    name = register(TOY, "reused")
+    old = onnxhal.InferenceSession(add_mul_model(), providers=["ToyExecutionProvider"])
+    onnxhal.runtime.env.environment.get_environment().force_unregister(name)
+    register(TOY, name)
+    new = onnxhal.InferenceSession(add_mul_model(), providers=["ToyExecutionProvider"])
+    old.close()
+    with pytest.raises(errors.Fail, match="1 live session"):
+        onnxhal.unregister_execution_provider_library(name)
+    new.close()
+    onnxhal.unregister_execution_provider_library(name)
+
+
 def test_session_close_releases_the_library(register):
     from tests.models import add_mul_model
 
@@ -194,3 +213,36 @@ def release_ep_factory(f):
     assert d.device.type == hal.OrtHardwareDeviceType.NPU
     assert d.device.metadata == {"k": "v", "is_virtual": "1"}
     assert d.device in onnxhal.get_hardware_devices()
+
+
+def test_teardown_after_a_failed_test_drops_a_library_its_sessions_still_hold(register):
+    """pytest keeps a failed test's traceback, and with it the test's sessions: the module fixtures
+    (tests/test_real_models.py's ``opencl``) then drop the library anyway instead of adding a
+    teardown ERROR that leaves it registered ("used by 2 live sessions"); the next registration of
+    the name works and counts its own sessions only."""
+    from tests.conftest import unregister_after_scope
+    from tests.models import add_mul_model
+
+    name = register(TOY, "held_by_a_failure")
+    held = onnxhal.InferenceSession(add_mul_model(), providers=["ToyExecutionProvider"])
+    unregister_after_scope(name, failed_in_scope=True)
+    assert name not in {lib.name for lib in onnxhal.runtime.env.environment.get_environment().libraries()}
+    register(TOY, name)
+    fresh = onnxhal.InferenceSession(add_mul_model(), providers=["ToyExecutionProvider"])
+    held.close()
+    fresh.close()
+    unregister_after_scope(name, failed_in_scope=False)
+
+
+def test_teardown_with_no_failure_reports_a_session_still_alive(register):
+    """With every test passed, a session alive at teardown is a leak (a cycle, a thread, a cache):
+    the fixture's Fail stands, naming the library."""
+    from tests.conftest import unregister_after_scope
+    from tests.models import add_mul_model
+
+    name = register(TOY, "leaked")
+    leaked = onnxhal.InferenceSession(add_mul_model(), providers=["ToyExecutionProvider"])
+    with pytest.raises(errors.Fail, match="'leaked' is used by 1 live session"):
+        unregister_after_scope(name, failed_in_scope=False)
+    leaked.close()
+    unregister_after_scope(name, failed_in_scope=False)

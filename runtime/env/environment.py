@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -240,17 +240,19 @@ class Environment:
                     return f, lib
         return None
 
-    def acquire(self, library_names: set[str]) -> None:
+    def acquire(self, libraries: Iterable[EpLibrary]) -> None:
+        """Count a session on each of ``libraries`` (the library objects its EPs came from)."""
         with self._lock:
-            for n in library_names:
-                if n in self._libraries:
-                    self._libraries[n].sessions += 1
+            for lib in libraries:
+                lib.sessions += 1
 
-    def release(self, library_names: set[str]) -> None:
+    def release(self, libraries: Iterable[EpLibrary]) -> None:
+        """Uncount a session on the same library objects ``acquire`` counted it on. By object, not
+        by name: a session outliving a forced unregister must not uncount a library registered
+        later under the same name (that one could then be unregistered under its live sessions)."""
         with self._lock:
-            for n in library_names:
-                if n in self._libraries:
-                    self._libraries[n].sessions = max(0, self._libraries[n].sessions - 1)
+            for lib in libraries:
+                lib.sessions = max(0, lib.sessions - 1)
 
 
 def load_library_module(name: str, library: str | os.PathLike) -> tuple[ModuleType, str, bool]:

@@ -197,8 +197,9 @@ class SessionCore:
         self.eps: dict[str, Ep] = {}
         self.fused_infos: dict[Node, tuple[Any, Any]] = {}
         self.released = False
-        self.library_names = {c.library.name for c in choices}
-        get_environment().acquire(self.library_names)
+        # the library objects themselves (one each), released by object: see Environment.release
+        self.libraries = list({id(c.library): c.library for c in choices}.values())
+        get_environment().acquire(self.libraries)
         try:
             self.memory = create_eps(choices, so, self.eps)
             self.graph = optimize(loaded.graph, so.graph_optimization_level, self.eps, so.config)
@@ -300,4 +301,4 @@ class SessionCore:
                     c.factory.release_ep(ep)
                 except Exception:
                     logger.exception("%s: release_ep failed", c.ep_name)
-        get_environment().release(self.library_names)
+        get_environment().release(self.libraries)

@@ -17,6 +17,8 @@ to the numpy form).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
@@ -99,8 +101,13 @@ class ElementwiseChain(Kernel):
         self.native = native_module() if NATIVE_CHAIN_ENABLED and n_regs <= 128 and n_in <= 64 else None
         self.code = np.array(quads, np.int32).tobytes()
         self.out_regs = np.array(results, np.int32).tobytes()
-        if len(results) == 1:  # the executor calls it with the inputs as arguments, and takes an array
-            self.inline_fn = self.run_one
+
+    @property
+    def inline_fn(self) -> Callable | None:
+        """``run_one`` for a chain with one output: the executor calls it with the inputs as
+        arguments and takes an array. A property, not an attribute: a kernel keeping its own bound
+        method is a reference cycle that keeps a dropped session alive until the collector runs."""
+        return self.run_one if len(self.results) == 1 else None
 
     def compute(self, inputs: list) -> list:
         if self.native is not None:

@@ -147,6 +147,8 @@ def test_profiling_writes_a_chrome_trace(tmp_path):
     so = onnxhal.SessionOptions()
     so.enable_profiling = True
     so.profile_file_prefix = str(tmp_path / "prof")
+    # the model's Add and Mul stay two nodes (fused, they are one ElementwiseChain event a run)
+    so.add_session_config_entry("optimization.disable_passes", "fuse_elementwise_chains")
     s = onnxhal.InferenceSession(add_mul_model(), so, providers=["CPUExecutionProvider"])
     for _ in range(3):
         s.run(None, {"x": X})
@@ -210,7 +212,9 @@ def test_terminate_set_during_a_run_stops_between_nodes():
 
     chain = make([helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"relu{i}") for i in range(50)],
                  [vi("t0", [4])], [vi("t50", [4])])
-    s = onnxhal.InferenceSession(chain)
+    so = onnxhal.SessionOptions()  # 50 nodes to stop between, not one fused ElementwiseChain
+    so.add_session_config_entry("optimization.disable_passes", "fuse_elementwise_chains")
+    s = onnxhal.InferenceSession(chain, so)
     with pytest.raises(errors.RuntimeException, match="terminate"):
         s.run(None, {"t0": np.ones(4, np.float32)}, FlipsAfter(reads=10))
     np.testing.assert_array_equal(s.run(None, {"t0": np.ones(4, np.float32)}, onnxhal.RunOptions())[0], np.ones(4))

@@ -564,7 +564,10 @@ def check_onnx_attention(node: Node, lookup: GraphLookup) -> str | None:
         return f"Attention softmax_precision {node.attr('softmax_precision')} (only 1, float32, has an OpenCL kernel)"
     if int(node.attr("left_window_size", -1)) >= 0 or int(node.attr("right_window_size", -1)) >= 0:
         return "Attention with a window has no OpenCL kernel"
-    ranks = [_rank(lookup, node.inputs[i]) for i in range(3)]
+    dims = [lookup.dims(node.inputs[i]) for i in range(3)]
+    if any(d is None for d in dims):
+        return "Attention Q, K or V of no known rank"
+    ranks = [len(d) for d in dims]
     if len(set(ranks)) != 1 or ranks[0] not in (3, 4):
         return f"Attention Q, K, V of ranks {ranks} (an OpenCL kernel needs all 3-D or all 4-D)"
     if ranks[0] == 3 and (node.attr("q_num_heads", 0) <= 0 or node.attr("kv_num_heads", 0) <= 0):
@@ -576,14 +579,13 @@ def check_onnx_attention(node: Node, lookup: GraphLookup) -> str | None:
         mask = node.inputs[3]
         if lookup.dtype(mask) not in (F32, np.dtype(np.bool_)):
             return f"Attention mask {mask!r} is {lookup.dtype(mask)} (an OpenCL kernel needs bool or float32)"
-        if (r := _rank(lookup, mask)) > 4:
-            return f"Attention mask of rank {r}"
         if reason := _shape_reason(lookup, mask):
             return reason
+        if (r := _rank(lookup, mask)) > 4:
+            return f"Attention mask of rank {r}"
     for i in (0, 2):  # the head sizes live in private arrays
-        dims = lookup.dims(node.inputs[i])
         heads = node.attr("q_num_heads" if i == 0 else "kv_num_heads", 1) if ranks[0] == 3 else 1
-        if dims and isinstance(dims[-1], int) and dims[-1] // max(heads, 1) > ONNX_ATTENTION_MAX_HEAD:
+        if isinstance(dims[i][-1], int) and dims[i][-1] // max(heads, 1) > ONNX_ATTENTION_MAX_HEAD:
             return f"Attention head size above {ONNX_ATTENTION_MAX_HEAD} (the OpenCL kernel's private arrays)"
     return None
 

@@ -199,3 +199,5 @@ def test_attention_declines_softcap_precision_and_the_scores_output():
     assert "softcap" in reason({"softcap": 5.0})
     assert "softmax_precision 11" in reason({"softmax_precision": 11})
     assert "scores output" in reason({}, n_out=4)
+    inputs["mask"] = np.zeros((), np.float32)
+    assert "mask of rank 0" in reason({})

@@ -581,8 +581,8 @@ def check_onnx_attention(node: Node, lookup: GraphLookup) -> str | None:
             return f"Attention mask {mask!r} is {lookup.dtype(mask)} (an OpenCL kernel needs bool or float32)"
         if reason := _shape_reason(lookup, mask):
             return reason
-        if (r := _rank(lookup, mask)) > 4:
-            return f"Attention mask of rank {r}"
+        if not 1 <= (r := _rank(lookup, mask)) <= 4:
+            return f"Attention mask of rank {r} (an OpenCL kernel needs 1 to 4 axes)"
     for i in (0, 2):  # the head sizes live in private arrays
         heads = node.attr("q_num_heads" if i == 0 else "kv_num_heads", 1) if ranks[0] == 3 else 1
         if isinstance(dims[i][-1], int) and dims[i][-1] // max(heads, 1) > ONNX_ATTENTION_MAX_HEAD:

@@ -61,7 +61,7 @@ REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "
 OTHER_OPS = frozenset({"Gemm", "MatMul", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
                        "Softmax", "LogSoftmax", "LayerNormalization", "Transpose", "Concat", "Split", "Slice", "Gather",
                        "Expand", "LRN", "GatherND", "InstanceNormalization", "Pad", "Resize", "RMSNormalization",
-                       "RotaryEmbedding", *REDUCE_OPS})
+                       "RotaryEmbedding", "Attention", *REDUCE_OPS})
 SUPPORTED_OPS = frozenset(ELEMENTWISE_OPS) - frozenset(CONTRIB_ELEMENTWISE) | VIEW_OPS | OTHER_OPS | QUANT_OPS
 #: Ops of the runtime optimizer's domain (runtime/optimizer/fusions.py) with the same kernels.
 FUSED_DOMAIN = "com.onnxhal"
@@ -74,12 +74,15 @@ MS_DOMAIN_OPS = frozenset({"SkipLayerNormalization", "BiasGelu", "FastGelu", "Ge
 #: switched off and compared with the next EP computing it (issue 47's ops).
 OP_RULES = {**{(MS_DOMAIN, op): "norm_gelu_ops" for op in MS_DOMAIN_OPS}, ("", "InstanceNormalization"): "norm_gelu_ops",
             ("", "Pad"): "pad_resize_ops", ("", "Resize"): "pad_resize_ops",
-            **{("", op): "opset23_ops" for op in ("Sin", "Cos", "RMSNormalization", "RotaryEmbedding")}}
+            **{("", op): "opset23_ops" for op in ("Sin", "Cos", "RMSNormalization", "RotaryEmbedding",
+                                                          "Attention")}}
 _EPILOGUE_CODES = ACTIVATION_CODES
 MAX_RANK = 6
 #: Kernels index with 32-bit ints.
 MAX_ELEMENTS = 2**31 - 1
 F32 = np.dtype(np.float32)
+#: Widest Attention head the OpenCL kernel's private arrays hold.
+ONNX_ATTENTION_MAX_HEAD = 256
 
 
 @dataclass
@@ -547,6 +550,46 @@ def check_rotary(node: Node, lookup: GraphLookup) -> str | None:
     return None
 
 
+def check_onnx_attention(node: Node, lookup: GraphLookup) -> str | None:
+    """ai.onnx Attention (opset 23) in float32 with 3-D or 4-D Q/K/V, grouped heads, a bool or float32
+    mask of at most 4 axes, is_causal, past and present keys and values (onnx_attention_lowering.py);
+    the rest is declined with its reason, the next EP computing it."""
+    if len(node.outputs) > 3 and node.outputs[3]:
+        return "Attention's qk_matmul_output (the scores output) has no OpenCL kernel"
+    if len(node.inputs) > 6 and node.inputs[6]:
+        return "Attention with nonpad_kv_seqlen has no OpenCL kernel"
+    if float(node.attr("softcap", 0.0)) != 0.0:
+        return "Attention with softcap has no OpenCL kernel"
+    if node.attr("softmax_precision", 1) != 1:
+        return f"Attention softmax_precision {node.attr('softmax_precision')} (only 1, float32, has an OpenCL kernel)"
+    if int(node.attr("left_window_size", -1)) >= 0 or int(node.attr("right_window_size", -1)) >= 0:
+        return "Attention with a window has no OpenCL kernel"
+    dims = [lookup.dims(node.inputs[i]) for i in range(3)]
+    if any(d is None for d in dims):
+        return "Attention Q, K or V of no known rank"
+    ranks = [len(d) for d in dims]
+    if len(set(ranks)) != 1 or ranks[0] not in (3, 4):
+        return f"Attention Q, K, V of ranks {ranks} (an OpenCL kernel needs all 3-D or all 4-D)"
+    if ranks[0] == 3 and (node.attr("q_num_heads", 0) <= 0 or node.attr("kv_num_heads", 0) <= 0):
+        return "Attention of 3-D inputs without q_num_heads and kv_num_heads"
+    past = [len(node.inputs) > i and bool(node.inputs[i]) for i in (4, 5)]
+    if past[0] != past[1]:
+        return "Attention with only one of past_key and past_value"
+    if len(node.inputs) > 3 and node.inputs[3]:
+        mask = node.inputs[3]
+        if lookup.dtype(mask) not in (F32, np.dtype(np.bool_)):
+            return f"Attention mask {mask!r} is {lookup.dtype(mask)} (an OpenCL kernel needs bool or float32)"
+        if reason := _shape_reason(lookup, mask):
+            return reason
+        if not 1 <= (r := _rank(lookup, mask)) <= 4:
+            return f"Attention mask of rank {r} (an OpenCL kernel needs 1 to 4 axes)"
+    for i in (0, 2):  # the head sizes live in private arrays
+        heads = node.attr("q_num_heads" if i == 0 else "kv_num_heads", 1) if ranks[0] == 3 else 1
+        if isinstance(dims[i][-1], int) and dims[i][-1] // max(heads, 1) > ONNX_ATTENTION_MAX_HEAD:
+            return f"Attention head size above {ONNX_ATTENTION_MAX_HEAD} (the OpenCL kernel's private arrays)"
+    return None
+
+
 def _check_bn(node: Node, lookup: GraphLookup) -> str | None:
     if node.attr("training_mode", 0) or len([o for o in node.outputs if o]) > 1:
         return "BatchNormalization in training mode"
@@ -677,6 +720,7 @@ _CHECKS: dict[str, Callable[[Node, GraphLookup], str | None]] = {
     "FusedBatchNormalization": _check_fused,
     "SkipLayerNormalization": check_skip_layernorm, "InstanceNormalization": check_instance_norm,
     "Pad": check_pad, "Resize": check_resize, "RMSNormalization": check_rms_norm, "RotaryEmbedding": check_rotary,
+    "Attention": check_onnx_attention,
     "LRN": lambda n, lk: None if _rank(lk, n.inputs[0]) >= 3 else "LRN on rank < 3",
     "Reshape": _check_view, "Flatten": _check_view,
     "Split": lambda n, lk: ("Split with an unnamed output" if not all(n.outputs) else
@@ -715,6 +759,12 @@ def unsupported_reason(node: Node, lookup: GraphLookup) -> str | None:
     if node.op_type in QUANT_OPS:  # quant_support.py: their codes are int8/uint8
         return quant_reason(node, lookup)
     params = PARAM_INPUTS.get(node.op_type, set())
+    if node.op_type == "Attention":
+        # the forms without a kernel first (their reason, not an unshaped output's); the mask may be
+        # bool, so check_onnx_attention checks it (a device buffer, not a parameter)
+        if reason := check_onnx_attention(node, lookup):
+            return reason
+        params = {3}
     data = [n for i, n in enumerate(node.inputs) if i not in params]
     if node.op_type == "Gather":
         data = []

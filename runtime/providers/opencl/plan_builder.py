@@ -42,6 +42,7 @@ from onnxhal.runtime.providers.opencl.gemm_lowering import (
 )
 from onnxhal.runtime.providers.opencl.gemm_norm_fusion import norms_into_gemms
 from onnxhal.runtime.providers.opencl.norm_lowering import NormLowering
+from onnxhal.runtime.providers.opencl.onnx_attention_lowering import OnnxAttentionLowering
 from onnxhal.runtime.providers.opencl.op_support import (
     F32,
     FUSED_DOMAIN,
@@ -81,7 +82,8 @@ class RmsNormMatch:
     weight: np.ndarray | None
 
 
-class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, Opset23Lowering, PadResizeLowering):
+class PartitionPlanBuilder(GemmLowering, AttentionLowering, NormLowering, Opset23Lowering, OnnxAttentionLowering,
+                           PadResizeLowering):
     """Builds the plan of one filtered graph. ``lookup`` gives shapes, dtypes and constants."""
 
     def __init__(self, graph: Graph, lookup: GraphLookup, disabled: frozenset[str] = frozenset(),

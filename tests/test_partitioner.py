@@ -26,6 +26,8 @@ def toy(register):
 
 def _session(model, *eps, fallback=True, record=True, device_index=0):
     so = onnxhal.SessionOptions()
+    # the assignments below name the model's own nodes: no ElementwiseChain over the CPU EP's share
+    so.add_session_config_entry("optimization.disable_passes", "fuse_elementwise_chains")
     if record:
         so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     if not fallback:
@@ -167,6 +169,7 @@ def test_assignment_info_needs_the_config_entry(toy):
 def _lossy(failover: bool):
     so = onnxhal.SessionOptions()
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_session_config_entry("optimization.disable_passes", "fuse_elementwise_chains")
     if failover:
         so.add_session_config_entry("session.ep_failover", "1")
     so.add_provider_for_devices([d for d in onnxhal.get_ep_devices() if d.ep_name == "ToyA"][:1],

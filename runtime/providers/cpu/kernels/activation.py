@@ -80,15 +80,21 @@ class Sigmoid(_Act):
         if x.dtype.itemsize < 4:  # float16/bfloat16: onnx.reference's formula, in the input type
             e = np.exp(x)
             return [_asarray(np.where(x > 0, 1.0 / (1.0 + np.exp(-x)), e / (1.0 + e)).astype(x.dtype))]
-        # A typed half, and tanh in place: a Python float costs numpy a scalar conversion per
-        # operation, a third of the kernel on a small tensor (a GRU gate in a Loop body).
-        r = _multiply(x, _HALF)
-        if r.__class__ is not _ndarray:  # a 0-d input gives a numpy scalar
-            r = np.array(r)
-        _tanh(r, out=r)
-        r *= _HALF
-        r += _HALF
-        return [r]
+        return [sigmoid_float(x)]
+
+
+def sigmoid_float(x: np.ndarray) -> np.ndarray:
+    """Sigmoid of a float32/float64 array as 0.5 tanh(x / 2) + 0.5 (the Sigmoid kernel's form, and
+    ElementwiseChain's numpy form of it)."""
+    # A typed half, and tanh in place: a Python float costs numpy a scalar conversion per
+    # operation, a third of the kernel on a small tensor (a GRU gate in a Loop body).
+    r = _multiply(x, _HALF)
+    if r.__class__ is not _ndarray:  # a 0-d input gives a numpy scalar
+        r = np.array(r)
+    _tanh(r, out=r)
+    r *= _HALF
+    r += _HALF
+    return r
 
 
 @register("Erf", since=9)

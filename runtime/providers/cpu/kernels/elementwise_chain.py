@@ -23,6 +23,7 @@ import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.activation import sigmoid_float
 from onnxhal.runtime.providers.cpu.kernels.kernel_paths import path_table
 from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.registry import register
@@ -38,18 +39,7 @@ NATIVE = CHAIN_PATHS.add("native", "every input float32, or every one float64, t
 #: the switch of ``native`` (read when the kernel is made); off, every chain runs its numpy form
 NATIVE_CHAIN_ENABLED = True
 
-_HALF32 = np.array(0.5, np.float32)
-_HALF32.flags.writeable = False
 _ZEROS = {np.dtype(np.float32): np.zeros((), np.float32), np.dtype(np.float64): np.zeros((), np.float64)}
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    # activation.Sigmoid's float32/float64 formula, 0.5 tanh(x / 2) + 0.5
-    r = np.multiply(x, _HALF32)
-    np.tanh(r, out=r)
-    r *= _HALF32
-    r += _HALF32
-    return r
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -62,7 +52,7 @@ OPS: dict[str, tuple[int, int, object]] = {
     "Add": (0, 2, np.add), "Sub": (1, 2, np.subtract), "Mul": (2, 2, np.multiply), "Div": (3, 2, np.divide),
     "Max": (4, 2, np.maximum), "Min": (5, 2, np.minimum), "Neg": (6, 1, np.negative), "Abs": (7, 1, np.abs),
     "Sqrt": (8, 1, np.sqrt), "Exp": (9, 1, np.exp), "Log": (10, 1, np.log), "Tanh": (11, 1, np.tanh),
-    "Sigmoid": (12, 1, _sigmoid), "Relu": (13, 1, _relu), "Reciprocal": (14, 1, np.reciprocal),
+    "Sigmoid": (12, 1, sigmoid_float), "Relu": (13, 1, _relu), "Reciprocal": (14, 1, np.reciprocal),
 }
 _empty = np.empty
 

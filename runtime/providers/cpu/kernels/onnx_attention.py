@@ -75,8 +75,7 @@ class Attention(Kernel):
             # bfloat16 (ml_dtypes): numpy's matmul of two bfloat16 arrays gives float32, so the
             # outputs would come back float32; compute in float32 (as onnxruntime casts around
             # its float kernels) and round each output to the input's type once
-            wide = [None if x is None or x.dtype != dtype else x.astype(np.float32) for x in inputs]
-            wide = [w if w is not None else x for w, x in zip(wide, inputs)]
+            wide = [x.astype(np.float32) if x is not None and x.dtype == dtype else x for x in inputs]
             return [o.astype(dtype) for o in self._compute(wide)]
         return self._compute(inputs)
 

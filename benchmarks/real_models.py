@@ -6,7 +6,7 @@ side in one process.
 
 Per model and EP: nodes on the EP (dynamic model, and the same model with its dims fixed by
 ``add_free_dimension_override_by_name``), session creation plus first run (median of five fresh
-sessions of each runtime, alternating; before each, the previous sessions are released and the
+sessions of each runtime, taking turns to go first, each after a 1 ms sleep; before each, the previous sessions are released and the
 process's garbage collected, so neither the teardown nor a full collection of the benchmark's own
 objects falls in a timing), the first run of each of the two stored input signatures
 (for the OpenCL EP it specialises and builds that shape), then ``WARM_RUNS`` and ``repeat`` alternating runs of
@@ -47,6 +47,8 @@ CORPUS = os.path.join(os.path.dirname(HERE), "tests", "real_models")
 #: not three: under ``--load 2`` a sample of a few ms is at the mercy of one descheduling (a scheduler
 #: slice is ms long), and the median of three then moved 2-3x between runs of the same code.
 COLD_RUNS = 5
+#: Sleep before each timed creation, so each starts with a fresh scheduler slice (see ``run_model``).
+COLD_WAKE_S = 0.001
 PROVIDERS = {"cpu": ["CPUExecutionProvider"], "opencl": ["OpenCLExecutionProvider", "CPUExecutionProvider"],
              # the OpenCL EP with its cost rule off (claim time and per signature): every partition on the device
              "opencl_off": [("OpenCLExecutionProvider", {"cost_rule": "off"}), "CPUExecutionProvider"]}
@@ -85,7 +87,18 @@ def run_model(path: str, ep: str, repeat: int, threads: int) -> dict:
     hso.intra_op_num_threads = threads
     ort_colds, hal_colds = [], []
     ref = hal = None
-    for _ in range(COLD_RUNS):
+
+    def cold_ort():
+        s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        s.run(None, feeds)
+        return s
+
+    def cold_hal():
+        s = onnxhal.InferenceSession(path, hso, providers=PROVIDERS[ep])
+        s.run(None, feeds)
+        return s
+
+    for i in range(COLD_RUNS):
         # the previous round's sessions are released before the clock starts: a user creating a
         # session does not pay for tearing down another one (the next assignment would free
         # onnxhal's Python objects inside the timing, onnxruntime's C++ ones almost for free)
@@ -94,14 +107,19 @@ def run_model(path: str, ep: str, repeat: int, threads: int) -> dict:
         # holds (tens of ms with the transformer sessions' objects) and lands in whichever timing
         # crosses its threshold, one of the samples
         gc.collect()
-        t = time.perf_counter()
-        ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        ref.run(None, feeds)
-        ort_colds.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        hal = onnxhal.InferenceSession(path, hso, providers=PROVIDERS[ep])
-        hal.run(None, feeds)
-        hal_colds.append(time.perf_counter() - t)
+        # The runtimes take turns going first, and each sample starts from a wake-up (as a session
+        # made after reading its file or receiving a request does): under load, the second of a
+        # fixed pair started with the first's scheduler slice spent and so took the preemptions.
+        order = ((ort_colds, cold_ort), (hal_colds, cold_hal))
+        for samples, make in order if i % 2 == 0 else order[::-1]:
+            time.sleep(COLD_WAKE_S)
+            t = time.perf_counter()
+            made = make()
+            samples.append(time.perf_counter() - t)
+            if make is cold_ort:
+                ref = made
+            else:
+                hal = made
     ort_cold, hal_cold = statistics.median(ort_colds), statistics.median(hal_colds)
     fixed = onnxhal.SessionOptions()
     first = next(iter(feeds.values()))

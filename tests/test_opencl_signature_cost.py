@@ -211,8 +211,64 @@ def test_a_ramping_first_host_run_is_timed_again_warm(monkeypatch):
     x = [np.zeros(1)]
     assert isinstance(trial(info([700, 150]), x, 1000e-6, 6), SignatureTrial)  # 1000, 700, then 150 us: tried
     assert isinstance(trial(info([150]), x, 30000e-6, 6), SignatureTrial)  # a cold first run 50x over the line
-    untried = trial(info([]), x, 70000e-6, 6)  # over COLD_RUN_FACTOR times the line: no rerun
-    assert isinstance(untried, str) and "untried" in untried and "70000 us" in untried and "6 launch(es)" in untried
-    assert isinstance(trial(info([7000]), x, 7000e-6, 6), str)  # the warm rerun over 10x: no further one
-    assert isinstance(trial(info([900, 800, 700]), x, 1000e-6, 6), str)  # WARM_HOST_RUNS reruns at most
+    untried, look = trial(info([]), x, 70000e-6, 6)  # over COLD_RUN_FACTOR times the line: no rerun
+    assert "untried" in untried and "70000 us" in untried and "6 launch(es)" in untried
+    assert not look  # and over SECOND_LOOK_FACTOR times it: no second look either
+    assert trial(info([7000]), x, 7000e-6, 6)[1] is False  # the warm rerun over 10x: no further one
+    untried, look = trial(info([900, 800, 700]), x, 1000e-6, 6)  # WARM_HOST_RUNS reruns at most
+    assert look and "700 us" in untried  # within 10x of the line: its host side is looked at again later
     assert dp.WARM_HOST_RUNS == 3
+
+
+def _untried_at_first(monkeypatch, host_s: float = 2000e-6) -> None:
+    """Every new signature untried with second looks, as when its host runs at specialisation were all
+    descheduled (resnet_ts at load 6: 1133 us against its 780 us line)."""
+    from onnxhal.runtime.providers.opencl import dynamic_partition as dp
+
+    monkeypatch.setattr(dp.DynamicNodeComputeInfo, "_trial", lambda self, host, first_s, launches: (
+        dp._untried_text(host_s, launches, 1e-6, 0), True))
+
+
+def test_an_untried_signature_gets_a_second_look_that_starts_its_trial(opencl, monkeypatch):
+    # untried by its slow first host runs, the tiny signature runs on the device until its second look
+    # (SECOND_LOOK_RUNS[0]-th run): one host run, timed, under the line, so its trial starts and settles it
+    from onnxhal.runtime.providers.opencl.dynamic_partition import SECOND_LOOK_RUNS
+
+    _untried_at_first(monkeypatch)
+    sess, cpu = _session("on"), onnxhal.InferenceSession(_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    info = _partition(sess)
+    for _ in range(SECOND_LOOK_RUNS[0] - 1):
+        _run(sess, cpu, 1, 8)
+    assert info.stats.cost_host_runs == 0 and list(info.stats.trials.values())[0].startswith("untried")
+    _run(sess, cpu, 1, 8)  # the look
+    assert info.stats.cost_host_runs == 1 and info.stats.trials == {}  # under trial now
+    for _ in range(2 * TRIAL_RUNS):
+        _run(sess, cpu, 1, 8)
+    assert info.stats.cost_host_runs == 1 + TRIAL_RUNS
+    (figures,) = info.stats.trials.values()
+    assert figures.startswith("settled on the "), figures  # (the host on PoCL; the device where it won)
+    on_host = bool(info.stats.host_reasons)
+    for _ in range(SECOND_LOOK_RUNS[1] + 1):  # settled: no further look; on the host, the session's CPU-only plan
+        _run(sess, cpu, 1, 8)  # takes its feeds after the next run (runtime/session/host_settled.py)
+    assert info.stats.cost_host_runs == 1 + TRIAL_RUNS + (1 if on_host else 0)
+    assert sess.settled_feeds.settled_keys == (1 if on_host else 0)
+
+
+def test_a_second_look_over_the_line_keeps_the_device_until_the_next(opencl, monkeypatch):
+    # the look's host run over the line: untried still, with the look's figure; the next look after
+    # SECOND_LOOK_RUNS[1] more device runs, then none; every run equal to the CPU EP
+    from onnxhal.runtime.providers.opencl import dynamic_partition as dp
+
+    _untried_at_first(monkeypatch)
+    monkeypatch.setattr(dp, "host_worth_trying", lambda host_s, launches, launch_s: False)
+    monkeypatch.setattr(dp, "SECOND_LOOK_RUNS", (2, 3))
+    sess, cpu = _session("on"), onnxhal.InferenceSession(_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    info = _partition(sess)
+    looks = []
+    for _ in range(12):
+        _run(sess, cpu, 1, 8)
+        looks.append(info.stats.cost_host_runs)
+    assert looks == [0, 1, 1, 1, 2] + [2] * 7  # the 2nd run, then the 3rd after it; no third look
+    (figures,) = info.stats.trials.values()
+    assert figures.startswith("untried") and "at its second look 2" in figures
+    assert info.stats.host_reasons == {} and len(info.cached_plans) == 1

@@ -21,6 +21,13 @@ parameters fed at run time, such as a Reshape shape computed by the CPU EP) it h
    only where the time goes; it settles once per signature and holds while the signature is
    cached, so a signature near the line does not flap.
 
+   A signature whose host runs at specialisation all missed the line by less than
+   ``SECOND_LOOK_FACTOR`` runs on the device untried, but not for good: those runs are the host
+   plan's first, which pay its ramp and, on a loaded machine, its descheduling (resnet_ts at load
+   6: its fastest of four 1133 us against the 780 us line and 105-150 steady, in one start of
+   five). After ``SECOND_LOOK_RUNS`` device runs one run goes to the host, timed; under the line
+   the signature's trial starts there, else it waits for the next look (``_second_look``).
+
    Each side is timed as the session would run it settled there (``whole_session_settles``): the
    session's only partition settled on the host has its feeds run on the session's CPU-only plan
    (runtime/session/host_settled.py), with no copy, so its host side is its host plan alone and its
@@ -82,6 +89,10 @@ MAX_SIGNATURES = 8
 #: others a run within 10x; once per signature.
 WARM_HOST_RUNS = 3
 COLD_RUN_FACTOR = 100.0
+#: An untried signature whose fastest host run missed the line by less than this gets second looks.
+SECOND_LOOK_FACTOR = 10.0
+#: Device runs of an untried signature before each second look at its host side (one host run each).
+SECOND_LOOK_RUNS = (8, 64)
 
 
 def is_dynamic(graph: Graph) -> bool:
@@ -184,6 +195,9 @@ class _Entry:
     by_cost: bool = False  # on the host by the cost rule (else: its plan could not be built)
     tried: bool = False  # its cost rule trial settled it, on either side
     untried: str = ""  # why the cost rule did not try it (its host run's figures), where it did not
+    #: device runs left before its next second look (0: none due); ``looks``: second looks taken
+    second_look_in: int = 0
+    looks: int = 0
     #: its first runs, timed on both sides, while the cost rule tries it (None: settled or untried)
     trial: SignatureTrial | None = None
     #: its plan's state after its trial sent it to the host: released with the entry, when no run uses it
@@ -303,8 +317,10 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         sig = self.signature(inputs)
         with self._lock:
             entry = self._cache.get(sig)
-            if entry is None or entry.state is None or entry.trial is not None:
-                return None
+            if entry is None or entry.state is None or entry.trial is not None or entry.second_look_in == 1:
+                return None  # (a second look due: ``compute`` takes it)
+            if entry.second_look_in:
+                entry.second_look_in -= 1
             self._cache.move_to_end(sig)
         outputs = entry.state.run_host([inputs[i] for i in entry.feeds])
         if outputs is None:
@@ -332,6 +348,11 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             queue = self.device.queue
         inputs = list(context.inputs)
         entry = self._entry(inputs, queue)
+        if entry.second_look_in and self._look_due(entry):
+            outputs = self._second_look(entry, inputs, queue)
+            for i, t in enumerate(outputs):
+                context.set_output(i, t)
+            return outputs
         side = None
         if entry.trial is not None:
             with self._lock:
@@ -368,6 +389,40 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             self._try(entry, side, time.perf_counter() - start, alone)
         for i, t in enumerate(outputs):
             context.set_output(i, t)
+        return outputs
+
+    def _look_due(self, entry: _Entry) -> bool:
+        """Counts one device run of an untried signature; whether its second look is due now."""
+        with self._lock:
+            if entry.second_look_in == 0 or entry.state is None or entry.trial is not None:
+                return False
+            entry.second_look_in -= 1
+            return entry.second_look_in == 0
+
+    def _second_look(self, entry: _Entry, inputs: list, queue: cl.CommandQueue) -> list:
+        """One run of an untried signature on the host plan, timed without its copies (as at
+        specialisation): under the line (``host_worth_trying``) its trial starts with the next run,
+        else it stays untried until its next look (``SECOND_LOOK_RUNS``). Returns the run's outputs."""
+        start = time.perf_counter()
+        host = [_to_host(t, queue) for t in inputs]
+        copies_s = time.perf_counter() - start
+        outputs, out_copies_s = self._run_on_host(host, queue, alone=True)
+        host_s = time.perf_counter() - start - copies_s - out_copies_s
+        if self.settles_on_host:
+            note_settled(False, entry.tried)  # a run of a signature not settled on the host
+        launches, launch_s = entry.state.plan.launches_per_run, self.device.launch_costs().launch_s
+        with self._lock:
+            self.stats.cost_host_runs += 1
+            entry.looks += 1
+            if entry.trial is not None or entry.state is None:
+                return outputs
+            if host_worth_trying(host_s, launches, launch_s):
+                entry.trial, entry.trial_inputs, entry.untried = SignatureTrial(), host, ""
+                self.stats.trials.pop(entry.signature, None)  # (its trial's figures come when it settles)
+            else:
+                entry.untried = _untried_text(host_s, launches, launch_s, entry.looks)
+                self.stats.trials[entry.signature] = entry.untried
+                entry.second_look_in = (SECOND_LOOK_RUNS[entry.looks] if entry.looks < len(SECOND_LOOK_RUNS) else 0)
         return outputs
 
     def _session_uploads(self, entry: _Entry, inputs: list, queue: cl.CommandQueue) -> list:
@@ -494,14 +549,17 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         names = self.graph.output_names
         host_values = {i: np.asarray(concrete.initializers[names[i]]) for i in self.host_outputs}
         trial = self._trial(host, host_s, plan.launches_per_run) if self.cost_rule else None
-        if isinstance(trial, str):
-            return _Entry(state, [order[name] for name in plan.input_names], host_values=host_values, untried=trial)
+        if isinstance(trial, tuple):
+            untried, look = trial
+            return _Entry(state, [order[name] for name in plan.input_names], host_values=host_values, untried=untried,
+                          second_look_in=SECOND_LOOK_RUNS[0] if look else 0)
         return _Entry(state, [order[name] for name in plan.input_names], host_values=host_values, trial=trial,
                       trial_inputs=host if trial is not None else [])
 
-    def _trial(self, host: list, host_s: float, launches: int) -> SignatureTrial | str:
+    def _trial(self, host: list, host_s: float, launches: int) -> SignatureTrial | tuple[str, bool]:
         """A trial for a signature whose first host run took ``host_s``, if the host may win it, else
-        why not (its figures, for ``stats.trials``). The
+        why not (its figures, for ``stats.trials``) and whether it gets second looks (its fastest
+        host run missed the line by less than ``SECOND_LOOK_FACTOR``). The
         first runs pay one-time costs (the CPU EP packs weights, the new shapes' buffers, a loaded
         machine deschedules it) and ramp down over several runs (resnet_ts at 2 images: 1000-1640,
         then 600-1600, against 115-170 us steady; at load 8, the first over 10x the line), so a first
@@ -519,8 +577,8 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             host_s = min(host_s, last)
         if host_worth_trying(host_s, launches, launch_s):
             return SignatureTrial()
-        return (f"untried, on the device: its fastest host run took {host_s * 1e6:.0f} us, over "
-                f"{HOST_TIMING_FACTOR:g}x its {launches} launch(es) at {launch_s * 1e6:.3g} us each")
+        return (_untried_text(host_s, launches, launch_s, 0),
+                host_worth_trying(host_s / SECOND_LOOK_FACTOR, launches, launch_s))
 
     def _on_host(self, reason: str) -> _Entry:
         self.logger.info("OpenCL partition %s runs a shape signature on the host: %s", self.graph.name, reason)
@@ -571,6 +629,12 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
         if alone:
             copies_s += time.perf_counter() - start
         return outputs, copies_s
+
+
+def _untried_text(host_s: float, launches: int, launch_s: float, looks: int) -> str:
+    again = f" (at its second look {looks})" if looks else ""
+    return (f"untried, on the device: its fastest host run took {host_s * 1e6:.0f} us{again}, over "
+            f"{HOST_TIMING_FACTOR:g}x its {launches} launch(es) at {launch_s * 1e6:.3g} us each")
 
 
 def _describe(sig: tuple) -> str:

@@ -3873,7 +3873,8 @@ def sklearn_ninth_wave(out: str) -> list[str]:
     _save(to_onnx(model, initial_types=[("text", StringTensorType([None, 1]))],
                   target_opset={"": 17, "ai.onnx.ml": 3}, options={id(model.steps[-1][1]): {"zipmap": False},
                            id(model.steps[0][1]): {"locale": "C"}}), path)  # as skh_tfidf's
-    save_outputs(path, {"a": {"text": docs[90:114].reshape(-1, 1)}, "b": {"text": docs[114:117].reshape(-1, 1)}})
+    text = docs.astype(str).reshape(-1, 1)  # stored as unicode, not object (an .npz loads no pickles)
+    save_outputs(path, {"a": {"text": text[90:114]}, "b": {"text": text[114:117]}})
     made.append(path)
     return made
 

@@ -138,7 +138,7 @@ class Gelu(Kernel):
             return [gelu_tanh(x)]
         if self.path(x) == GELU_FUSED:
             # a standalone Gelu (one the optimizer fused into no MatMul or Conv): on [2, 16, 9]
-            # 95 -> 2 us a node, against onnxruntime's 5 us (the canonical erf's 40 numpy calls)
+            # 46 -> 4 us a node (the canonical erf: 40 numpy calls; onnxruntime 6 us a one-node run)
             y = fused_gelu(x)
             if x.size and not x.min() > -np.inf:  # -inf (or NaN) present: -inf * 0 is NaN in
                 y[np.isneginf(x)] = np.nan  # onnxruntime and the canonical form, not the limit 0

@@ -25,9 +25,10 @@ MODELS = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(CORPUS,
 #: that make_corpus.py's torchvision, torchvision2-8 and hf-hf7 groups export, the plain torch
 #: models of its plain, plain2 and plain3 groups, the onnxscript one, the jax2onnx and spox
 #: ones of its jax and spox groups, the timm and optimum ones of its timm and optimum groups, and
-#: the Hugging Face and diffusers ones of its hf8 and diffusers groups);
+#: the Hugging Face and diffusers ones of its hf8 and diffusers groups, and the Hugging Face ones
+#: of its hf9 group);
 #: the held-out skl2onnx models
-#: (``skh_``, sklearn2-8) and onnxmltools one (``omt_``) are not device models, like the other
+#: (``skh_``, sklearn2-9) and onnxmltools one (``omt_``) are not device models, like the other
 #: tree and skl2onnx ones.
 UNTUNED = ("tv_", "hf_", "pt_", "osc_", "jx_", "spx_", "tm_", "opt_", "df_")
 #: The float exports of torch models (not the skl2onnx ones nor onnxruntime's rewrites): the ones
@@ -135,7 +136,9 @@ def test_the_corpus_is_there():
                    "tm_levit", "tm_poolformer", "tm_ghostnet", "tm_fastvit", "tm_nfnet", "tm_edgenext",
                    "opt_marian_encoder", "opt_marian_decoder",
                    # the thirteenth held-out wave (hf8, diffusers)
-                   "hf_llama_past", "hf_gemma3", "hf_dinov2", "hf_encodec", "df_vae_decoder", "df_unet"):
+                   "hf_llama_past", "hf_gemma3", "hf_dinov2", "hf_encodec", "df_vae_decoder", "df_unet",
+                   # the fourteenth held-out wave (hf9, sklearn9)
+                   "hf_beit", "hf_phi", "hf_funnel", "hf_rwkv", "hf_vits", "skh_calibrated", "skh_countvec"):
         assert family in MODELS, family
 
 

@@ -40,7 +40,10 @@ optimum's exporter, a MarianMT encoder and its merged decoder (``optimum``, name
 thirteenth held-out wave, made before any tuning: Hugging Face's Llama with past keys and values
 and Gemma 3 by the dynamo exporter at opset 23 (RMSNormalization, RotaryEmbedding, Attention),
 DINOv2 and EnCodec (``hf8``) and diffusers' AutoencoderKL decoder and UNet2DConditionModel
-(``diffusers``, named ``df_``); plus their inputs and all of onnxruntime's outputs.
+(``diffusers``, named ``df_``); a fourteenth held-out wave, made before any tuning: Hugging
+Face's BEiT, Phi (dynamo, opset 23), Funnel Transformer, RWKV and VITS text-to-speech (``hf9``)
+and skl2onnx's CalibratedClassifierCV and a CountVectorizer into MultinomialNB (``sklearn9``);
+plus their inputs and all of onnxruntime's outputs.
 
 Not run by the tests (torch, transformers, skl2onnx and the other producers are no test
 dependencies): run it by hand with ``pip install -e ".[corpus]"`` in a separate environment (one
@@ -3660,6 +3663,222 @@ def diffusers_models(out: str) -> list[str]:
     return made
 
 
+class _CausalLogits(torch.nn.Module):
+    """A causal LM's logits from input ids alone (no mask, no cache)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+class _Speech(torch.nn.Module):
+    """A text-to-speech model's waveform from input ids and an attention mask."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).waveform
+
+
+class _Hidden(torch.nn.Module):
+    """An encoder's last hidden state from input ids and an attention mask."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def hf_ninth_wave(out: str) -> list[str]:
+    """A ninth set of Hugging Face families the corpus lacked, at tiny random configurations, added
+    before anyone tuned for them (the fourteenth held-out wave, reported as 'untuned'):
+    ``hf_beit`` (BEiT: a relative position bias table per layer gathered by a constant index into
+    the attention scores, layer scales, mean-pooled patches; TorchScript, opset 17, batch
+    dynamic), ``hf_phi`` (Phi: partial rotary embedding over half of each head, a parallel
+    attention and MLP block off one LayerNorm, GELU-new; the dynamo exporter at opset 23, batch 1
+    and sequence dynamic), ``hf_funnel`` (Funnel Transformer: the sequence pooled by strided mean
+    pooling between blocks, relative positional attention with its shift-and-gather, a decoder
+    that upsamples back by repetition; TorchScript, opset 17, batch dynamic, the
+    sequence fixed as the tracer bakes the position encodings' length in) and ``hf_rwkv`` (RWKV-4: time-mixing recurrence unrolled
+    over the sequence with its running maxima, token shift by ZeroPad; TorchScript, opset 17,
+    batch dynamic, the sequence fixed by the unrolled loop) and ``hf_vits`` (VITS text-to-speech:
+    a relative-position text encoder, the stochastic duration predictor's reverse flows with
+    rational-quadratic splines, durations by Ceil and CumSum into a monotonic alignment path, the
+    prior's coupling flows of WaveNet layers, a HiFi-GAN decoder of ConvTranspose and dilated
+    residual convolutions; noise scales 0, so RandomNormalLike's draws are multiplied by 0 and the
+    waveform is deterministic; TorchScript, opset 17, batch, sequence and samples dynamic, the
+    batch's second text padded). Every stored output is checked against the torch model's."""
+    import sys
+    import types
+
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    from transformers import (
+        BeitConfig,
+        BeitModel,
+        FunnelConfig,
+        FunnelModel,
+        PhiConfig,
+        PhiForCausalLM,
+        RwkvConfig,
+        RwkvForCausalLM,
+        VitsConfig,
+        VitsModel,
+    )
+
+    made = []
+    rng = np.random.default_rng(0)
+
+    def beit() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return _Field(BeitModel(BeitConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
+            patch_size=8, use_relative_position_bias=True, use_mean_pooling=True, layer_scale_init_value=0.5),
+            add_pooling_layer=True).eval(), "pooler_output")
+
+    pooled = beit()
+    sigs = {"a": {"pixel_values": rng.standard_normal((BATCH, 3, 32, 32)).astype(np.float32)},
+            "b": {"pixel_values": rng.standard_normal((3, 3, 32, 32)).astype(np.float32)}}
+    path = os.path.join(out, "hf_beit.onnx")
+    torch.onnx.export(pooled, (torch.from_numpy(sigs["a"]["pixel_values"]),), path, dynamo=False,
+                      input_names=["pixel_values"], output_names=["output"], opset_version=17,
+                      dynamic_axes={"pixel_values": {0: "batch"}, "output": {0: "batch"}})
+    _save(onnx.load(path), path)
+    save_outputs(path, sigs)
+    # a fresh copy: tracing leaves BEiT's cached relative position index in a state that changes
+    # the traced model's own eager outputs by up to 0.04 (the export matches a fresh model to 1e-6)
+    _check_torch(path, sigs, beit())
+    made.append(path)
+
+    torch.manual_seed(1)
+    phi = _CausalLogits(PhiForCausalLM(PhiConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        partial_rotary_factor=0.5, max_position_embeddings=64, attn_implementation="sdpa")).eval())
+    sigs = {"a": {"input_ids": rng.integers(0, 128, (1, SEQ)).astype(np.int64)},
+            "b": {"input_ids": rng.integers(0, 128, (1, SEQ + 5)).astype(np.int64)}}
+    path = os.path.join(out, "hf_phi.onnx")
+    _export_dynamo(phi, sigs["a"], ({1: torch.export.Dim("sequence")},), ["logits"], path, opset=23)
+    save_outputs(path, sigs)
+    _check_torch(path, sigs, phi)
+    made.append(path)
+
+    def funnel() -> torch.nn.Module:
+        torch.manual_seed(2)
+        return _Hidden(FunnelModel(FunnelConfig(
+            vocab_size=128, block_sizes=[1, 1], num_decoder_layers=1, d_model=32, n_head=4, d_head=8, d_inner=64,
+            max_position_embeddings=64)).eval())
+
+    sigs = {}
+    for sig, batch in (("a", BATCH), ("b", 3)):
+        mask = np.ones((batch, SEQ), np.int64)
+        mask[0, -3:] = 0  # right padding
+        sigs[sig] = {"input_ids": rng.integers(0, 128, (batch, SEQ)).astype(np.int64), "attention_mask": mask}
+    path = os.path.join(out, "hf_funnel.onnx")
+    # the sequence fixed: the tracer bakes the relative position encodings' length in as constants
+    torch.onnx.export(funnel(), tuple(torch.from_numpy(v) for v in sigs["a"].values()), path, dynamo=False,
+                      input_names=list(sigs["a"]), output_names=["output"], opset_version=17,
+                      dynamic_axes={"input_ids": {0: "batch"}, "attention_mask": {0: "batch"}, "output": {0: "batch"}})
+    _save(onnx.load(path), path)
+    save_outputs(path, sigs)
+    _check_torch(path, sigs, funnel())  # a fresh copy, as BEiT's
+    made.append(path)
+
+    def rwkv() -> torch.nn.Module:
+        torch.manual_seed(3)
+        return _CausalLogits(RwkvForCausalLM(RwkvConfig(
+            vocab_size=128, hidden_size=32, num_hidden_layers=2, attention_hidden_size=32, intermediate_size=64,
+            context_length=64)).eval())
+
+    sigs = {"a": {"input_ids": rng.integers(0, 128, (BATCH, 8)).astype(np.int64)},
+            "b": {"input_ids": rng.integers(0, 128, (3, 8)).astype(np.int64)}}
+    path = os.path.join(out, "hf_rwkv.onnx")
+    torch.onnx.export(rwkv(), (torch.from_numpy(sigs["a"]["input_ids"]),), path, dynamo=False,
+                      input_names=["input_ids"], output_names=["logits"], opset_version=17,
+                      dynamic_axes={"input_ids": {0: "batch"}, "logits": {0: "batch"}})
+    _save(onnx.load(path), path)
+    save_outputs(path, sigs)
+    _check_torch(path, sigs, rwkv())
+    made.append(path)
+
+    def vits() -> torch.nn.Module:
+        torch.manual_seed(5)
+        return _Speech(VitsModel(VitsConfig(
+            vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, window_size=2, ffn_dim=32,
+            ffn_kernel_size=3, flow_size=8, spectrogram_bins=17, upsample_initial_channel=16, upsample_rates=[4, 4],
+            upsample_kernel_sizes=[8, 8], resblock_kernel_sizes=[3], resblock_dilation_sizes=[[1, 3]],
+            prior_encoder_num_flows=2, prior_encoder_num_wavenet_layers=2, duration_predictor_num_flows=2,
+            duration_predictor_filter_channels=16, depth_separable_num_layers=2, wavenet_kernel_size=3,
+            noise_scale=0.0, noise_scale_duration=0.0)).eval())
+
+    sigs = {}
+    for sig, (batch, length) in (("a", (BATCH, 9)), ("b", (1, 14))):
+        mask = np.ones((batch, length), np.int64)
+        if batch > 1:
+            mask[-1, -3:] = 0  # the batch's second text 3 tokens shorter
+        sigs[sig] = {"input_ids": rng.integers(1, 32, (batch, length)).astype(np.int64), "attention_mask": mask}
+    path = os.path.join(out, "hf_vits.onnx")
+    torch.onnx.export(vits(), tuple(torch.from_numpy(v) for v in sigs["a"].values()), path, dynamo=False,
+                      input_names=list(sigs["a"]), output_names=["waveform"], opset_version=17,
+                      dynamic_axes={"input_ids": {0: "batch", 1: "sequence"},
+                                    "attention_mask": {0: "batch", 1: "sequence"},
+                                    "waveform": {0: "batch", 1: "samples"}})
+    _save(onnx.load(path), path)
+    save_outputs(path, sigs)
+    _check_torch(path, sigs, vits())
+    made.append(path)
+    return made
+
+
+def sklearn_ninth_wave(out: str) -> list[str]:
+    """skl2onnx families the corpus lacked, added before anyone tuned for them (the fourteenth
+    held-out wave, reported as 'untuned'): ``skh_calibrated`` (CalibratedClassifierCV of a
+    LinearSVC behind a RobustScaler, sigmoid calibration over 3 folds: each fold's decision
+    function, its sigmoid, the folds averaged and normalised; no ZipMap) and ``skh_countvec``
+    (a binary CountVectorizer of word uni- and bigrams, a MaxAbsScaler, a MultinomialNB:
+    StringNormalizer, Tokenizer and TfIdfVectorizer in TF mode over a string input, the
+    log-likelihoods by MatMul, labels and probabilities, no ZipMap). Batch dynamic, ai.onnx.ml opset 3."""
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import StringTensorType
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.datasets import make_classification
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.naive_bayes import MultinomialNB
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import MaxAbsScaler, RobustScaler
+    from sklearn.svm import LinearSVC
+
+    made = []
+    X, y = make_classification(n_samples=300, n_features=7, n_informative=5, n_classes=3, random_state=6)
+    X = X.astype(np.float32)
+    model = make_pipeline(RobustScaler(), CalibratedClassifierCV(LinearSVC(C=0.5, random_state=0), cv=3,
+                                                                 method="sigmoid")).fit(X[:200], y[:200])
+    path = os.path.join(out, "skh_calibrated.onnx")
+    _save(to_onnx(model, X[:1], target_opset={"": 17, "ai.onnx.ml": 3}, options={"zipmap": False}), path)
+    save_outputs(path, {"a": {"X": X[200:264]}, "b": {"X": X[286:291]}})
+    made.append(path)
+
+    words = ["red", "green", "blue", "cat", "dog", "fish", "runs", "sleeps", "eats", "big", "small", "old"]
+    rng = np.random.default_rng(7)
+    docs = np.array([" ".join(rng.choice(words, rng.integers(2, 7))) for _ in range(120)], dtype=object)
+    labels = np.array([("cat" in d) + 2 * ("blue" in d and "cat" not in d) for d in docs])
+    model = make_pipeline(CountVectorizer(ngram_range=(1, 2), binary=True), MaxAbsScaler(),
+                          MultinomialNB(alpha=0.5)).fit(docs[:90], labels[:90])
+    path = os.path.join(out, "skh_countvec.onnx")
+    _save(to_onnx(model, initial_types=[("text", StringTensorType([None, 1]))],
+                  target_opset={"": 17, "ai.onnx.ml": 3}, options={id(model.steps[-1][1]): {"zipmap": False},
+                           id(model.steps[0][1]): {"locale": "C"}}), path)  # as skh_tfidf's
+    text = docs.astype(str).reshape(-1, 1)  # stored as unicode, not object (an .npz loads no pickles)
+    save_outputs(path, {"a": {"text": text[90:114]}, "b": {"text": text[114:117]}})
+    made.append(path)
+    return made
+
+
 GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out: sklearn_models(out),
           "sklearn_poly": sklearn_polynomial,
           "encoders": lambda out: encoder_models(out), "decoders": lambda out: decoder_models(out),
@@ -3692,7 +3911,9 @@ GROUPS = {"ortools": lambda out: onnxruntime_tooling(out), "sklearn": lambda out
           # the twelfth held-out wave: "timm" needs timm, "optimum" optimum-onnx (transformers < 4.58)
           "timm": timm_models, "optimum": optimum_models,
           # the thirteenth held-out wave: "hf8" needs transformers 5, "diffusers" diffusers
-          "hf8": hf_eighth_wave, "diffusers": diffusers_models}
+          "hf8": hf_eighth_wave, "diffusers": diffusers_models,
+          # the fourteenth held-out wave: "hf9" needs transformers 5, "sklearn9" skl2onnx
+          "hf9": hf_ninth_wave, "sklearn9": sklearn_ninth_wave}
 
 
 def main() -> None:

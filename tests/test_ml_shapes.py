@@ -266,3 +266,24 @@ def test_stft_of_a_symbolic_signal_gets_its_rank_and_the_values_after_it_theirs(
     got = onnxhal.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_fill_types_a_chain_in_one_call_and_leaves_other_values_alone():
+    # Scaler -> Normalizer on a declared input: the Normalizer reads what the Scaler's entry was
+    # just given; a declared value no such node touches keeps its entry as it was
+    from onnxhal.runtime.loader import ml_shapes
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
+    other = helper.make_tensor_value_info("r", TensorProto.FLOAT, None)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Scaler", ["x"], ["s"], domain="ai.onnx.ml", offset=[0.0] * 3, scale=[1.0] * 3),
+             helper.make_node("Normalizer", ["s"], ["y"], domain="ai.onnx.ml", norm="L2")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], value_info=[other]),
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+    changed = ml_shapes._fill(model, 1)
+    assert sorted(info.name for info, _ in changed) == ["s", "y"]
+    shapes = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in (*model.graph.value_info, *model.graph.output)}
+    assert shapes["s"] == shapes["y"] == ["n", 3]
+    assert shapes["r"] == [] and not model.graph.value_info[0].type.tensor_type.HasField("shape")

@@ -110,18 +110,20 @@ def _fill(model: onnx.ModelProto, ml_opset: int) -> list[tuple[onnx.ValueInfoPro
     their value_info (or graph output) entries; returns each entry changed with its type before
     (None: added)."""
     g = model.graph
+    nodes = [n for n in g.node if _uninferred(n, ml_opset)]
+    # only the names such nodes read or write are ever looked up: the types of the others (most of
+    # a graph, and a pipeline's weights) are not made; a round's model is walked once per ``_fill``
+    named = {i for n in nodes for i in (*n.input, *n.output)}
     types: dict[str, onnx.TypeProto] = {v.name: v.type for v in (*g.input, *g.value_info, *g.output)
-                                        if v.type.WhichOneof("value") is not None}
-    # an initializer's type is made only where such a node reads (or writes) its name: the rest are
-    # never looked up, and a pipeline's weights are most of its initializers
-    named = {i for n in g.node if _uninferred(n, ml_opset) for i in (*n.input, *n.output)}
+                                        if v.name in named and v.type.WhichOneof("value") is not None}
     for t in g.initializer:
         if t.name in named:
             types.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)))
-    infos = {v.name: v for v in (*g.value_info, *g.output)}  # a graph output's own entry first
+    # a graph output's own entry first (the later entry of a name wins)
+    infos = {v.name: v for v in (*g.value_info, *g.output) if v.name in named}
     changed: list[tuple[onnx.ValueInfoProto, onnx.TypeProto | None]] = []
-    for node in g.node:
-        if not _uninferred(node, ml_opset) or not node.output or not node.output[0]:
+    for node in nodes:
+        if not node.output or not node.output[0]:
             continue
         name = node.output[0]
         known = types.get(name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from collections.abc import KeysView, Mapping, Set
 from dataclasses import dataclass
 
@@ -150,9 +151,14 @@ def read_model(model: str | bytes | os.PathLike | onnx.ModelProto,
         return proto, None
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
-        if os.path.isdir(path):
+        # one stat for both checks (``isdir`` then ``isfile`` made two system calls)
+        try:
+            mode = os.stat(path).st_mode
+        except (OSError, ValueError):  # missing, unreadable folder, or a name the OS refuses
+            mode = 0
+        if stat.S_ISDIR(mode):
             raise NoSuchFile(f"model file {path!r} is a folder, not a file. Give the path of the .onnx file in it.")
-        if not os.path.isfile(path):
+        if not stat.S_ISREG(mode):
             raise NoSuchFile(f"model file {path!r} does not exist (or is not a file). Check the path.")
         try:
             with open(path, "rb") as f:

@@ -243,6 +243,35 @@ def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops:
     EP besides the CPU EP) also skips ``CPU_EP_PASSES``. ``disabled``: names of ``PASSES`` not to
     run (the session config key ``DISABLE_PASSES_KEY``; onnxruntime's ``disabled_optimizers``).
     """
+    passes = _selected(level, fuse_cpu_ops, cpu_ep_only, frozenset(disabled))
+    if passes:
+        _run(graph, passes)
+    return graph
+
+
+#: ``_selected``'s answers, with the ``PASSES`` and ``CPU_EP_PASSES`` they were read from: a
+#: session's selection (about 50 passes, each tested on four conditions) cost 15-20 us of a small
+#: model's 1.5 ms creation, the same each time; a change of what it reads (tests replace the lists) empties it
+_SELECTIONS: dict[tuple, list[tuple[str, GraphPass, bool, GraphOptimizationLevel]]] = {}
+_SELECTED_FROM: tuple = ()
+
+
+def _selected(level: GraphOptimizationLevel | int, fuse_cpu_ops: bool, cpu_ep_only: bool,
+              disabled: frozenset[str]) -> list[tuple[str, GraphPass, bool, GraphOptimizationLevel]]:
+    """The passes ``optimize`` runs, with the level each runs at (a bad level or pass name raises)."""
+    global _SELECTED_FROM
+    # compared item by item, the same tuple objects compare by identity: about 1 us
+    source = (tuple(PASSES), CPU_EP_PASSES, opt_fusions.fuse_layer_norm_standard)
+    if source != _SELECTED_FROM:
+        _SELECTIONS.clear()
+        _SELECTED_FROM = source
+    key = (level, fuse_cpu_ops, cpu_ep_only, disabled)
+    try:
+        found = _SELECTIONS.get(key)
+    except TypeError:  # an unhashable level: the checks below report it
+        found = None
+    if found is not None:
+        return found
     unknown = set(disabled) - {p[0] for p in PASSES}
     if unknown:
         raise InvalidArgument(f"{DISABLE_PASSES_KEY}: no optimizer pass is named {sorted(unknown)}; the passes are "
@@ -260,9 +289,12 @@ def optimize(graph: Graph, level: GraphOptimizationLevel | int, *, fuse_cpu_ops:
     if not fuse_cpu_ops:
         passes = [(n, opt_fusions.fuse_layer_norm_standard if n == "fuse_layer_norm" else fn, r, lv)
                   for n, fn, r, lv in passes]
-    if passes:
-        _run(graph, passes)
-    return graph
+    if len(_SELECTIONS) < 64:  # a handful of option sets in practice
+        try:
+            _SELECTIONS[key] = passes
+        except TypeError:
+            pass
+    return passes
 
 
 def _run(graph: Graph, passes: list[tuple[str, GraphPass, bool, GraphOptimizationLevel]]) -> None:

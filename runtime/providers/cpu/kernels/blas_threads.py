@@ -74,7 +74,10 @@ def set_blas_threads(n: int) -> bool:
     if fn is None:
         return False
     startup_blas_threads()  # recorded before the first change
-    fn(ctypes.c_int(int(n)))
+    # OpenBLAS's setter takes its lock and walks its thread table even for the count it has
+    # (4-8 us, each session's creation sets it): read first (0.3 us), set only a change
+    if get_blas_threads() != int(n):
+        fn(ctypes.c_int(int(n)))
     return True
 
 

@@ -2863,6 +2863,72 @@ done:
 /* ---- end of layer normalization ---- */
 
 
+/* ---- RMS normalization rows (rms_group_norm.py's RMS_NORM_PATHS) ----
+ * Each row of n float32 values: the sum of squares in double (four partial sums: one chain of double
+ * additions is most of a short row), inv = 1 / sqrt(sum / n + eps) in double, then
+ * (float)(x * inv) * scale in float32, as onnxruntime's simplified LayerNormImpl accumulates in double
+ * (onnxruntime/core/providers/cpu/nn/layer_norm_impl.cc). No contraction into FMA. */
+__attribute__((optimize("fp-contract=off"))) static void rms_norm_float(const float *RESTRICT x, const float *RESTRICT g,
+                                                                       float *RESTRICT y, float *RESTRICT inv_out,
+                                                                       Py_ssize_t rows, Py_ssize_t n, double eps) {
+  for (Py_ssize_t r = 0; r < rows; r++) {
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    double s4[4] = {0.0, 0.0, 0.0, 0.0};
+    Py_ssize_t i = 0;
+    for (; i + 4 <= n; i += 4)
+      for (int j = 0; j < 4; j++) s4[j] += (double)xr[i + j] * (double)xr[i + j];
+    for (; i < n; i++) s4[0] += (double)xr[i] * (double)xr[i];
+    double inv = 1.0 / sqrt(((s4[0] + s4[1]) + (s4[2] + s4[3])) / (double)n + eps);
+    for (i = 0; i < n; i++) yr[i] = (float)((double)xr[i] * inv) * g[i];
+    if (inv_out) inv_out[r] = (float)inv;
+  }
+}
+
+/* rms_norm(x, scale, y, inv, eps): each row of n = len(scale) values of x normalized by its root
+ * mean square into y, times scale; each row's 1 / rms into inv (float32 [rows]) unless inv is None.
+ * x, y float32 [rows * n]; scale float32 [n]. */
+static PyObject *rms_norm(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_g, *o_y, *o_i;
+  double eps;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOOd", &o_x, &o_g, &o_y, &o_i, &eps)) return NULL;
+  Py_buffer bx, bg, by, bi;
+  int held = 0;
+  PyObject *result = NULL;
+  if (get_buffer(o_g, &bg, "rms_norm: scale", 4, "f", -1, 0) < 0) return NULL;
+  held = 1;
+  Py_ssize_t n = bg.len / 4;
+  if (n < 1) {
+    PyErr_SetString(PyExc_ValueError, "rms_norm: scale must hold at least one value");
+    goto done;
+  }
+  if (get_buffer(o_x, &bx, "rms_norm: x", 4, "f", -1, 0) < 0) goto done;
+  held = 2;
+  Py_ssize_t rows = bx.len / 4 / n;
+  if (rows * n * 4 != bx.len) {
+    PyErr_SetString(PyExc_ValueError, "rms_norm: x must hold whole rows of len(scale) values");
+    goto done;
+  }
+  if (get_buffer(o_y, &by, "rms_norm: y", 4, "f", rows * n, 1) < 0) goto done;
+  held = 3;
+  if (o_i != Py_None) {
+    if (get_buffer(o_i, &bi, "rms_norm: inv", 4, "f", rows, 1) < 0) goto done;
+    held = 4;
+  }
+  rms_norm_float(bx.buf, bg.buf, by.buf, held >= 4 ? bi.buf : NULL, rows, n, eps);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  if (held >= 4) PyBuffer_Release(&bi);
+  if (held >= 3) PyBuffer_Release(&by);
+  if (held >= 2) PyBuffer_Release(&bx);
+  PyBuffer_Release(&bg);
+  return result;
+}
+/* ---- end of RMS normalization rows ---- */
+
+
 /* ---- softmax over rows (numerics.py's FAST_PATHS["softmax_native"]) ---- */
 /* exp(z) for z <= 0 as tanh_floats computes it: 2^n exp(f), |f| <= ln2 / 2, Taylor to f^7 (error
  * under 1e-8 relative, then float rounding); 0 below -87 (where float's exp is subnormal or 0) */
@@ -4112,6 +4178,9 @@ static PyMethodDef module_methods[] = {
      "layer_norm(x, scale, bias, y, mean, inv_std, eps): rows of len(scale) float32 values normalized in float64 "
      "into y (float32), times scale plus bias (or None); the rows' means and inverse deviations into mean and "
      "inv_std (float64)."},
+    {"rms_norm", rms_norm, METH_VARARGS,
+     "rms_norm(x, scale, y, inv, eps): rows of len(scale) float32 values of x divided by their root mean square "
+     "(sum of squares in float64) into y, times scale; the rows' 1 / rms into inv (float32) unless it is None."},
     {"quantize_linear", quantize_linear, METH_VARARGS,
      "quantize_linear(x, y, scale, zero_point, lo, hi): y = saturate(rint(x / scale) + zero_point) into [lo, hi] "
      "(x float32; y int8, uint8, int16 or uint16), NaN to lo."},

@@ -37,6 +37,7 @@ def all_paths() -> Iterator[tuple[str, KernelPath]]:
         recurrent,
         reduction,
         resize,
+        rms_group_norm,
         scatter,
         signal,
         tfidf_vectorizer,

@@ -7,6 +7,8 @@ partial rotary dim, position ids, caches of batch 1)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -19,6 +21,9 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu import kernel_factory
 from onnxhal.runtime.providers.cpu.kernels import onnx_attention
 from onnxhal.runtime.providers.cpu.kernels.ms_decoder_attention import rotate, rotate_whole_halves
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
+
+_native = native_module()
 
 
 def _model(op: str, feeds: dict, n_out: int, **attrs) -> onnx.ModelProto:
@@ -213,7 +218,8 @@ def _grouped_cases():
 @pytest.mark.parametrize("layout,heads,kv_heads,mask,causal,past", list(_grouped_cases()))
 def test_grouped_rows_path_matches_the_plain_path(layout, heads, kv_heads, mask, causal, past, monkeypatch):
     """onnx_attention.GROUPED_ROWS_ENABLED on against off, same inputs; taken exactly where its
-    condition holds (boolean masks of one head or 2-D, none; a float mask stays on the plain path)."""
+    condition holds (boolean masks of one head or 2-D, none; a float mask stays on the plain path).
+    The session is built with the native_small path off (it would take these cases first)."""
     feeds, attrs = _attention_feeds(11, layout, heads, kv_heads, "float" if mask == "float" else
                                     "short" if mask == "short" else "none" if mask == "none" else "bool", past)
     if mask == "bool2d":
@@ -225,6 +231,7 @@ def test_grouped_rows_path_matches_the_plain_path(layout, heads, kv_heads, mask,
     n_out = 3 if past else 1
     model = _model("Attention", feeds, n_out, is_causal=causal, **attrs).SerializeToString()
     given = {k: v for k, v in feeds.items() if v is not None}
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", False)
     sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
     taken: list[int] = []
     grouped = onnx_attention.Attention._grouped_rows
@@ -264,3 +271,60 @@ def test_rotary_whole_halves_switch_matches_the_plain_path(layout, interleaved, 
     got = sess.run(None, feeds)
     assert bool(taken) == (not interleaved and not rotary_dim)
     np.testing.assert_array_equal(got[0], plain[0])
+
+
+@pytest.mark.parametrize("layout,heads,kv_heads,mask,causal,past", list(_grouped_cases()))
+@pytest.mark.skipif(_native is None, reason="the C extension _native is not built (or switched off)")
+def test_native_small_path_matches_the_plain_path(layout, heads, kv_heads, mask, causal, past, monkeypatch):
+    """ATTENTION_PATHS["native_small"] (onnx_attention.NATIVE_SMALL_ENABLED, read when the kernel is
+    built) against the plain path (both numpy paths off), same inputs; taken exactly where its
+    condition holds (no mask or a boolean one of every key; a short or float mask is not)."""
+    feeds, attrs = _attention_feeds(12, layout, heads, kv_heads, "float" if mask == "float" else
+                                    "short" if mask == "short" else "none" if mask == "none" else "bool", past)
+    if mask == "bool2d":
+        feeds["attn_mask"] = np.ascontiguousarray(feeds["attn_mask"][0, 0])
+    elif mask == "row":
+        feeds["attn_mask"] = np.ascontiguousarray(feeds["attn_mask"][:, :, :1])
+    elif mask == "dead":
+        feeds["attn_mask"][1, 0, 2, :] = False
+    n_out = 3 if past else 1
+    model = _model("Attention", feeds, n_out, is_causal=causal, **attrs).SerializeToString()
+    given = {k: v for k, v in feeds.items() if v is not None}
+    monkeypatch.setattr(onnx_attention, "GROUPED_ROWS_ENABLED", False)
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", False)
+    plain = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, given)
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", True)
+    calls: list[int] = []
+    monkeypatch.setattr(onnx_attention, "native_module", lambda: SimpleNamespace(
+        attention_small=lambda *a: calls.append(1) or _native.attention_small(*a)))
+    got = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, given)
+    assert bool(calls) == (mask not in ("float", "short")), (mask, calls)
+    _close(got, plain, f"native small {layout} {heads}/{kv_heads} mask {mask} causal {causal} past {past}", 1e-5, 1e-6)
+    if mask == "dead":
+        assert not np.isnan(got[0]).any()
+
+
+@pytest.mark.skipif(_native is None, reason="the C extension _native is not built (or switched off)")
+def test_native_small_path_leaves_large_and_non_finite_cases(monkeypatch):
+    """More scores than NATIVE_SMALL_SCORES go the numpy way; an infinite query (a score not finite)
+    makes the C routine give up, and the numpy way's result (NaN, as the reference) comes back."""
+    feeds, attrs = _attention_feeds(13, "4d", 4, 2, "bool", 0)
+    model = _model("Attention", feeds, 1, **attrs).SerializeToString()
+    plain_feeds = dict(feeds)
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", False)
+    plain = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", True)
+    results: list[bool] = []
+    monkeypatch.setattr(onnx_attention, "native_module", lambda: SimpleNamespace(
+        attention_small=lambda *a: results.append(_native.attention_small(*a)) or results[-1]))
+    sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_SCORES", 8)
+    _close(sess.run(None, feeds), plain.run(None, feeds), "past the scores limit")
+    assert results == []
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_SCORES", 4096)
+    plain_feeds["Q"] = feeds["Q"].copy()
+    plain_feeds["Q"][0, 1, 2, 3] = np.inf
+    got, want = sess.run(None, plain_feeds), plain.run(None, plain_feeds)
+    assert results == [False]
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
+    _close([np.nan_to_num(got[0])], [np.nan_to_num(want[0])], "an infinite query")

@@ -3059,6 +3059,115 @@ static PyObject *softmax_rows(PyObject *module, PyObject *args) {
 }
 /* ---- end of softmax over rows ---- */
 
+
+/* ---- attention of few scores (onnx_attention.py's ATTENTION_PATHS["native_small"]) ----
+ * softmax(q k^T * scale + mask) v for each query row, the query heads sharing a key-value head read
+ * as `rows` = rep * S rows of it (onnx_attention._grouped_rows's layout). A key is seen where the
+ * boolean mask holds (mask [MB, MS, T], MB 1 or B, MS 1 or S) and, with offset >= 0 (is_causal),
+ * key j <= query i + offset; a row that sees no key gives zeros (the specification's reference).
+ * Each score a float dot product times scale; the softmax as softmax_rows computes it (x - max,
+ * exp_nonpositive, the sum in double, divided in float); the output the probabilities' weighted sum
+ * of the values in float. Returns 0 without finishing where a score is NaN or infinite (the caller
+ * runs its numpy form). p: scratch of t floats. */
+static int attention_small_float(const float *RESTRICT q, const float *RESTRICT k, const float *RESTRICT v,
+                                 const unsigned char *RESTRICT mask, float *RESTRICT out, float *RESTRICT p,
+                                 Py_ssize_t b, Py_ssize_t kvh, Py_ssize_t rows, Py_ssize_t s, Py_ssize_t t,
+                                 Py_ssize_t d, Py_ssize_t dv, Py_ssize_t mb, Py_ssize_t ms, Py_ssize_t offset,
+                                 float scale) {
+  for (Py_ssize_t bi = 0; bi < b; bi++)
+    for (Py_ssize_t g = 0; g < kvh; g++) {
+      const float *kb = k + (bi * kvh + g) * t * d, *vb = v + (bi * kvh + g) * t * dv;
+      const unsigned char *mb_base = mask ? mask + (mb > 1 ? bi : 0) * ms * t : NULL;
+      for (Py_ssize_t r = 0; r < rows; r++) {
+        Py_ssize_t i = r % s;
+        const float *qr = q + ((bi * kvh + g) * rows + r) * d;
+        float *o = out + ((bi * kvh + g) * rows + r) * dv;
+        const unsigned char *mr = mask ? mb_base + (ms > 1 ? i : 0) * t : NULL;
+        Py_ssize_t jmax = offset >= 0 && i + offset + 1 < t ? i + offset + 1 : t;
+        float m = -INFINITY;
+        int seen = 0;
+        for (Py_ssize_t j = 0; j < t; j++) {
+          if (j >= jmax || (mr && !mr[j])) {
+            p[j] = -INFINITY;
+            continue;
+          }
+          const float *kr = kb + j * d;
+          float acc = 0.0f;
+          for (Py_ssize_t c = 0; c < d; c++) acc += qr[c] * kr[c];
+          acc *= scale;
+          if (!(acc >= -FLT_MAX && acc <= FLT_MAX)) return 0;
+          p[j] = acc;
+          m = acc > m ? acc : m;
+          seen = 1;
+        }
+        for (Py_ssize_t c = 0; c < dv; c++) o[c] = 0.0f;
+        if (!seen) continue;
+        double total = 0.0;
+        for (Py_ssize_t j = 0; j < t; j++) {
+          p[j] = p[j] == -INFINITY ? 0.0f : exp_nonpositive(p[j] - m);
+          total += p[j];
+        }
+        float tot = (float)total;
+        for (Py_ssize_t j = 0; j < t; j++) {
+          if (p[j] == 0.0f) continue;
+          float w = p[j] / tot;
+          const float *vr = vb + j * dv;
+          for (Py_ssize_t c = 0; c < dv; c++) o[c] += w * vr[c];
+        }
+      }
+    }
+  return 1;
+}
+
+/* attention_small(q, k, v, mask, out, dims, offset, scale) -> bool: dims (b, kvh, rows, s, t, d, dv,
+ * mb, ms); q float32 [b * kvh * rows * d], k [b * kvh * t * d], v [b * kvh * t * dv], mask bool
+ * [mb * ms * t] or None, out float32 [b * kvh * rows * dv]; offset < 0: not causal. False where a
+ * score is not finite (out then unfinished). */
+static PyObject *attention_small(PyObject *module, PyObject *args) {
+  PyObject *o_q, *o_k, *o_v, *o_m, *o_o;
+  Py_ssize_t b, kvh, rows, s, t, d, dv, mb, ms, offset;
+  float scale;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOOO(nnnnnnnnn)nf", &o_q, &o_k, &o_v, &o_m, &o_o, &b, &kvh, &rows, &s, &t, &d, &dv,
+                        &mb, &ms, &offset, &scale))
+    return NULL;
+  if (b < 1 || kvh < 1 || rows < 1 || s < 1 || t < 1 || d < 1 || dv < 1 || mb < 1 || ms < 1 || rows % s ||
+      (mb != 1 && mb != b) || (ms != 1 && ms != s)) {
+    PyErr_SetString(PyExc_ValueError, "attention_small: dims must be positive, rows a multiple of s, mb 1 or b, "
+                    "ms 1 or s");
+    return NULL;
+  }
+  Py_buffer bq, bk, bv, bo, bm;
+  PyObject *const objs[4] = {o_q, o_k, o_v, o_o};
+  const char *const what[4] = {"attention_small: q", "attention_small: k", "attention_small: v",
+                               "attention_small: out"};
+  const Py_ssize_t counts[4] = {b * kvh * rows * d, b * kvh * t * d, b * kvh * t * dv, b * kvh * rows * dv};
+  Py_buffer views[4];
+  if (get_buffers(3, views, objs, what, 4, "f", counts, 0) < 0) return NULL;
+  if (get_buffer(o_o, &views[3], what[3], 4, "f", counts[3], 1) < 0) {
+    release_buffers(3, views);
+    return NULL;
+  }
+  bq = views[0], bk = views[1], bv = views[2], bo = views[3];
+  int has_mask = o_m != Py_None;
+  if (has_mask && get_buffer(o_m, &bm, "attention_small: mask", 1, "?", mb * ms * t, 0) < 0) {
+    release_buffers(4, views);
+    return NULL;
+  }
+  float *p = PyMem_Malloc((size_t)t * sizeof(float));
+  int done = 0;
+  if (p) {
+    done = attention_small_float(bq.buf, bk.buf, bv.buf, has_mask ? bm.buf : NULL, bo.buf, p, b, kvh, rows, s, t, d,
+                                 dv, mb, ms, offset, scale);
+    PyMem_Free(p);
+  }
+  if (has_mask) PyBuffer_Release(&bm);
+  release_buffers(4, views);
+  if (!p) return PyErr_NoMemory();
+  return PyBool_FromLong(done);
+}
+/* ---- end of attention of few scores ---- */
+
 /* ---- log-sum-exp over rows (reduction.py's LOGSUMEXP_PATHS["native_rows"]) ---- */
 /* logsumexp_rows(x, y, n) -> bool: y[r] = log(sum(exp(x[r] - m))) + m over rows of n float32
  * values, m the row's maximum: x - m in float, exp as softmax_rows (exp_nonpositive), the sum, log
@@ -4181,6 +4290,10 @@ static PyMethodDef module_methods[] = {
     {"rms_norm", rms_norm, METH_VARARGS,
      "rms_norm(x, scale, y, inv, eps): rows of len(scale) float32 values of x divided by their root mean square "
      "(sum of squares in float64) into y, times scale; the rows' 1 / rms into inv (float32) unless it is None."},
+    {"attention_small", attention_small, METH_VARARGS,
+     "attention_small(q, k, v, mask, out, (b, kvh, rows, s, t, d, dv, mb, ms), offset, scale) -> bool: "
+     "softmax(q k^T * scale, boolean mask, causal from offset >= 0) v of float32 query rows grouped by key-value "
+     "head into out; False where a score is not finite."},
     {"quantize_linear", quantize_linear, METH_VARARGS,
      "quantize_linear(x, y, scale, zero_point, lo, hi): y = saturate(rint(x / scale) + zero_point) into [lo, hi] "
      "(x float32; y int8, uint8, int16 or uint16), NaN to lo."},

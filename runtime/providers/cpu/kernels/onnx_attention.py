@@ -14,9 +14,28 @@ from onnx import helper
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.ms_decoder_attention import rotate, rotate_whole_halves
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.numerics import softmax_last_axis
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+from onnxhal.runtime.providers.path_tables import path_table
 
+#: Attention's other ways to run, against its plain path.
+ATTENTION_PATHS = path_table("onnx_attention.Attention", "the plain path: broadcast products over the grouped "
+                                                         "heads, the additive bias, softmax_last_axis")
+ATTENTION_PATHS.add("native_small", "float32, no softcap or other softmax precision, no mask or a boolean one of "
+                                    "every key ([S, T] or [B or 1, 1, S or 1, T]), at most NATIVE_SMALL_SCORES "
+                                    "scores and head sizes up to NATIVE_SMALL_HEAD; the C extension _native built, "
+                                    "ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_SMALL_ENABLED (both read when the "
+                                    "kernel is built): _native.attention_small, every query row's scores, softmax "
+                                    "and weighted sum in one call (a score that is not finite: the paths below)")
+ATTENTION_PATHS.add("grouped_rows", "float32, no softcap or other softmax precision, no mask or a boolean one of "
+                                    "one head, GROUPED_ROWS_ENABLED (read at each call): the query heads sharing a "
+                                    "key-value head as rows of one head, 4-D products (``Attention._grouped_rows``)")
+#: The switch of ``ATTENTION_PATHS["native_small"]``: False keeps the numpy paths.
+NATIVE_SMALL_ENABLED = True
+#: native_small's limits: B * H * S * T scores (past them BLAS's products win) and head size
+NATIVE_SMALL_SCORES = 4096
+NATIVE_SMALL_HEAD = 256
 # the grouped-rows path of Attention (Attention._grouped_rows); off: the plain broadcast products
 GROUPED_ROWS_ENABLED = True
 # RotaryEmbedding's whole-head halves by rotate_whole_halves; off: rotate's halves by slices
@@ -62,6 +81,7 @@ class Attention(Kernel):
         wants_scores = len(node.outputs) > 3 and bool(node.outputs[3])
         # the cases left to onnx.reference: the scores output, per-batch key lengths, windows
         self.reference = None
+        self.native = native_module() if NATIVE_SMALL_ENABLED else None
         if wants_scores or (len(node.inputs) > 6 and node.inputs[6]) or windows:
             from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
 
@@ -102,6 +122,22 @@ class Attention(Kernel):
                                   "keys and values of one length, queries and keys of one head size.")
         scale = q.dtype.type(1.0 / np.sqrt(d) if self.scale is None else self.scale)
         rep = h // kvh
+        dv = v4.shape[3]
+        if (self.native is not None and b * h * s * t <= NATIVE_SMALL_SCORES and d <= NATIVE_SMALL_HEAD
+                and dv <= NATIVE_SMALL_HEAD and self._grouped_rows_apply(mask, q.dtype)
+                and (mask is None or (mask.shape[-1] == t and mask.shape[-2] in (1, s)
+                                      and (mask.ndim == 2 or mask.shape[0] in (1, b))))):
+            k4, v4 = np.ascontiguousarray(k4), np.ascontiguousarray(v4)
+            out = np.empty((b, h, s, dv), np.float32)
+            mb = 1 if mask is None or mask.ndim == 2 else mask.shape[0]
+            ms = 1 if mask is None else mask.shape[-2]
+            if self.native.attention_small(  # ATTENTION_PATHS["native_small"]
+                    np.ascontiguousarray(q4), k4, v4, None if mask is None else np.ascontiguousarray(mask), out,
+                    (b, kvh, rep * s, s, t, d, dv, mb, ms), (0 if past_k is None else past_k.shape[2])
+                    if self.causal else -1, float(scale)):
+                if three_d:
+                    out = out.transpose(0, 2, 1, 3).reshape(b, s, h * dv)
+                return [out, k4, v4]
         if GROUPED_ROWS_ENABLED and self._grouped_rows_apply(mask, q.dtype):
             out = self._grouped_rows(q4, k4, v4, mask, scale, rep, 0 if past_k is None else past_k.shape[2])
             if three_d:

@@ -261,6 +261,7 @@ def test_rotate_whole_halves_equals_rotate_to_the_bit(seed, shape, half):
 def test_rotary_whole_halves_switch_matches_the_plain_path(layout, interleaved, rotary_dim, monkeypatch):
     feeds, attrs = _rotary_feeds(4, layout, rotary_dim, "ids")
     model = _model("RotaryEmbedding", feeds, 1, interleaved=interleaved, **attrs).SerializeToString()
+    monkeypatch.setattr(onnx_attention, "NATIVE_ROTARY_ENABLED", False)  # (it would take these cases first)
     sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
     taken: list[int] = []
     monkeypatch.setattr(onnx_attention, "rotate_whole_halves",
@@ -328,3 +329,56 @@ def test_native_small_path_leaves_large_and_non_finite_cases(monkeypatch):
     assert results == [False]
     np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
     _close([np.nan_to_num(got[0])], [np.nan_to_num(want[0])], "an infinite query")
+
+
+@pytest.mark.skipif(_native is None, reason="the C extension _native is not built (or switched off)")
+@pytest.mark.parametrize("layout,interleaved,rotary_dim,positions", [
+    (layout, interleaved, rotary_dim, positions) for layout in ("4d", "3d") for interleaved in (0, 1)
+    for rotary_dim in (0, 4) for positions in ("ids", "per_batch", "batch_one")])
+def test_rotary_native_rows_path_matches_the_plain_path_to_the_bit(layout, interleaved, rotary_dim, positions,
+                                                                   monkeypatch):
+    """ROTARY_PATHS["native_rows"] (NATIVE_ROTARY_ENABLED, read when the kernel is built) against the
+    plain path (whole halves off too), equal to the bit; taken in every one of these float32 cases."""
+    feeds, attrs = _rotary_feeds(5, layout, rotary_dim, positions)
+    model = _model("RotaryEmbedding", feeds, 1, interleaved=interleaved, **attrs).SerializeToString()
+    monkeypatch.setattr(onnx_attention, "WHOLE_HALVES_ENABLED", False)
+    monkeypatch.setattr(onnx_attention, "NATIVE_ROTARY_ENABLED", False)
+    plain = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    monkeypatch.setattr(onnx_attention, "NATIVE_ROTARY_ENABLED", True)
+    calls: list[int] = []
+    monkeypatch.setattr(onnx_attention, "native_module", lambda: SimpleNamespace(
+        rotary=lambda *a: calls.append(1) or _native.rotary(*a)))
+    got = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert calls == [1]
+    np.testing.assert_array_equal(got[0], plain[0])
+
+
+def test_rotary_native_rows_keeps_its_condition():
+    """What the C path does not take: a strided input, float16, positions of another batch or length
+    or type, caches of another batch; what it takes: both forms of the caches."""
+    apply = onnx_attention.RotaryEmbedding._native_rows_apply
+    x = np.zeros((2, 3, 5, 8), np.float32)
+    cache, pos = np.zeros((16, 4), np.float32), np.zeros((2, 5), np.int64)
+    steps = np.zeros((1, 5, 4), np.float32)
+    assert apply(x, cache, cache, pos, 2, 5) and apply(x, steps, steps, None, 2, 5)
+    assert apply(x, cache, cache, pos[:1], 2, 5)
+    assert not apply(x.transpose(0, 2, 1, 3), cache, cache, pos, 2, 5)
+    assert not apply(x.astype(np.float16), cache, cache, pos, 2, 5)
+    assert not apply(x, cache, cache, np.zeros((3, 5), np.int64), 2, 5)
+    assert not apply(x, cache, cache, np.zeros((2, 4), np.int64), 2, 5)
+    assert not apply(x, cache, cache, pos.astype(np.int32), 2, 5)
+    assert not apply(x, cache, cache, pos[:, ::-1], 2, 5)
+    assert not apply(x, np.zeros((3, 5, 4), np.float32), np.zeros((3, 5, 4), np.float32), None, 2, 5)
+
+
+@pytest.mark.skipif(_native is None, reason="the C extension _native is not built (or switched off)")
+def test_rotary_native_rows_names_a_position_past_the_caches():
+    """The C path checks the positions as it goes: one past the cache or negative is named."""
+    feeds, attrs = _rotary_feeds(6, "4d", 0, "ids")
+    sess = onnxhal.InferenceSession(_model("RotaryEmbedding", feeds, 1).SerializeToString(),
+                                    providers=["CPUExecutionProvider"])
+    for bad in (16, -1):
+        pos = feeds["position_ids"].copy()
+        pos[1, 3] = bad
+        with pytest.raises(InvalidArgument, match=f"position {bad} is outside the 16 rows of cos_cache"):
+            sess.run(None, dict(feeds, position_ids=pos))

@@ -3168,6 +3168,92 @@ static PyObject *attention_small(PyObject *module, PyObject *args) {
 }
 /* ---- end of attention of few scores ---- */
 
+
+/* ---- rotary embedding (onnx_attention.py's ROTARY_PATHS["native_rows"]) ----
+ * ms_decoder_attention.rotate's arithmetic, to the bit (float32, no contraction into FMA): the first
+ * 2 * half features of each head's row rotated by the cache row of its position, halves (x1, x2) ->
+ * (x1 cos - x2 sin, x2 cos + x1 sin) or adjacent pairs when interleaved, the rest copied. */
+__attribute__((optimize("fp-contract=off"))) static void rotary_row(const float *RESTRICT x, float *RESTRICT y,
+                                                                   const float *RESTRICT c, const float *RESTRICT sn,
+                                                                   Py_ssize_t h, Py_ssize_t half, int interleaved) {
+  if (interleaved) {
+    for (Py_ssize_t i = 0; i < half; i++) {
+      float a = x[2 * i], b = x[2 * i + 1];
+      y[2 * i] = a * c[i] - b * sn[i];
+      y[2 * i + 1] = b * c[i] + a * sn[i];
+    }
+  } else {
+    for (Py_ssize_t i = 0; i < half; i++) {
+      float a = x[i], b = x[i + half];
+      y[i] = a * c[i] - b * sn[i];
+      y[i + half] = b * c[i] + a * sn[i];
+    }
+  }
+  for (Py_ssize_t i = 2 * half; i < h; i++) y[i] = x[i];
+}
+
+/* rotary(x, cos, sin, pos, out, (b, n, s, h, half, cache_rows, cb, pb), heads_first, interleaved) -> -1, or
+ * the flat index of the first position outside [0, cache_rows) (out then unfinished). x, out float32
+ * [b, n, s, h] (heads_first) or [b, s, n, h]; cos, sin float32 [cache_rows, half]. With pos (int64
+ * [pb, s], pb 1 or b) a row's cache row is its position; without (None), the caches are [cb, s, half]
+ * (cb 1 or b: cache_rows = cb * s) and the row is (batch, step). */
+static PyObject *rotary(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_c, *o_s, *o_p, *o_o;
+  Py_ssize_t b, n, s, h, half, cache_rows, cb, pb;
+  int heads_first, interleaved;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOOO(nnnnnnnn)pp", &o_x, &o_c, &o_s, &o_p, &o_o, &b, &n, &s, &h, &half, &cache_rows,
+                        &cb, &pb, &heads_first, &interleaved))
+    return NULL;
+  int has_pos = o_p != Py_None;
+  if (b < 1 || n < 1 || s < 1 || half < 0 || 2 * half > h || cache_rows < 1 || (has_pos && pb != 1 && pb != b) ||
+      (!has_pos && ((cb != 1 && cb != b) || cache_rows != cb * s))) {
+    PyErr_SetString(PyExc_ValueError, "rotary: dims must be positive, 2 * half <= h, pb (or cb) 1 or b, and "
+                    "without positions cache_rows = cb * s");
+    return NULL;
+  }
+  Py_buffer views[4], bp;
+  PyObject *const objs[4] = {o_x, o_c, o_s, o_o};
+  const char *const what[4] = {"rotary: x", "rotary: cos", "rotary: sin", "rotary: out"};
+  const Py_ssize_t counts[4] = {b * n * s * h, cache_rows * half, cache_rows * half, b * n * s * h};
+  if (get_buffers(3, views, objs, what, 4, "f", counts, 0) < 0) return NULL;
+  if (get_buffer(o_o, &views[3], what[3], 4, "f", counts[3], 1) < 0) {
+    release_buffers(3, views);
+    return NULL;
+  }
+  if (has_pos && get_buffer(o_p, &bp, "rotary: pos", 8, "qlL", pb * s, 0) < 0) {
+    release_buffers(4, views);
+    return NULL;
+  }
+  const float *x = views[0].buf, *c = views[1].buf, *sn = views[2].buf;
+  float *y = views[3].buf;
+  const int64_t *pos = has_pos ? bp.buf : NULL;
+  Py_ssize_t bad = -1;
+  for (Py_ssize_t bi = 0; bi < b && bad < 0; bi++)
+    for (Py_ssize_t si = 0; si < s; si++) {
+      Py_ssize_t row;
+      if (pos) {
+        Py_ssize_t at = (pb > 1 ? bi : 0) * s + si;
+        int64_t p = pos[at];
+        if (p < 0 || p >= cache_rows) {
+          bad = at;
+          break;
+        }
+        row = (Py_ssize_t)p;
+      } else {
+        row = (cb > 1 ? bi : 0) * s + si;
+      }
+      for (Py_ssize_t ni = 0; ni < n; ni++) {
+        Py_ssize_t off = heads_first ? ((bi * n + ni) * s + si) * h : ((bi * s + si) * n + ni) * h;
+        rotary_row(x + off, y + off, c + row * half, sn + row * half, h, half, interleaved);
+      }
+    }
+  if (has_pos) PyBuffer_Release(&bp);
+  release_buffers(4, views);
+  return PyLong_FromSsize_t(bad);
+}
+/* ---- end of rotary embedding ---- */
+
 /* ---- log-sum-exp over rows (reduction.py's LOGSUMEXP_PATHS["native_rows"]) ---- */
 /* logsumexp_rows(x, y, n) -> bool: y[r] = log(sum(exp(x[r] - m))) + m over rows of n float32
  * values, m the row's maximum: x - m in float, exp as softmax_rows (exp_nonpositive), the sum, log
@@ -4294,6 +4380,9 @@ static PyMethodDef module_methods[] = {
      "attention_small(q, k, v, mask, out, (b, kvh, rows, s, t, d, dv, mb, ms), offset, scale) -> bool: "
      "softmax(q k^T * scale, boolean mask, causal from offset >= 0) v of float32 query rows grouped by key-value "
      "head into out; False where a score is not finite."},
+    {"rotary", rotary, METH_VARARGS,
+     "rotary(x, cos, sin, pos, out, (b, n, s, h, half, cache_rows, cb, pb), heads_first, interleaved) -> -1 or "
+     "the first bad position's index: rotary embedding of float32 heads by cache rows at positions (or per step)."},
     {"quantize_linear", quantize_linear, METH_VARARGS,
      "quantize_linear(x, y, scale, zero_point, lo, hi): y = saturate(rint(x / scale) + zero_point) into [lo, hi] "
      "(x float32; y int8, uint8, int16 or uint16), NaN to lo."},

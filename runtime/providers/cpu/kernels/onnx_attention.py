@@ -38,8 +38,23 @@ NATIVE_SMALL_SCORES = 4096
 NATIVE_SMALL_HEAD = 256
 # the grouped-rows path of Attention (Attention._grouped_rows); off: the plain broadcast products
 GROUPED_ROWS_ENABLED = True
+
+#: RotaryEmbedding's other ways to run, against its plain path.
+ROTARY_PATHS = path_table("onnx_attention.RotaryEmbedding", "the plain path: the caches indexed by the positions, "
+                                                            "ms_decoder_attention.rotate")
+ROTARY_PATHS.add("native_rows", "float32 input, caches and result, all C-contiguous; int64 position_ids [B or 1, S] "
+                                "C-contiguous, or none with caches [B or 1, S, R / 2]; the C extension _native "
+                                "built, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_ROTARY_ENABLED (both read when the "
+                                "kernel is built): _native.rotary, each head's row rotated by its position's cache "
+                                "row in one call, rotate's arithmetic to the bit, positions checked as it goes")
+ROTARY_PATHS.add("whole_halves", "not interleaved, the rotary dim all of the head, WHOLE_HALVES_ENABLED (read at each "
+                                 "call): rotate_whole_halves, x * [cos, cos] + [x2, x1] * [-sin, sin], to the bit")
+#: The switch of ``ROTARY_PATHS["native_rows"]``: False keeps the numpy paths.
+NATIVE_ROTARY_ENABLED = True
 # RotaryEmbedding's whole-head halves by rotate_whole_halves; off: rotate's halves by slices
 WHOLE_HALVES_ENABLED = True
+#: float32, the dtype of the C paths
+_F32 = np.dtype(np.float32)
 #: the float types numpy computes in their own type (matmul included)
 _NUMPY_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -264,6 +279,7 @@ class RotaryEmbedding(Kernel):
         self.interleaved = bool(node.attr("interleaved", 0))
         self.heads = int(node.attr("num_heads", 0))
         self.rotary_dim = int(node.attr("rotary_embedding_dim", 0))
+        self.native = native_module() if NATIVE_ROTARY_ENABLED else None
 
     def compute(self, inputs: list) -> list:
         x, cos, sin = inputs[:3]
@@ -282,6 +298,8 @@ class RotaryEmbedding(Kernel):
         if cos.shape != sin.shape or cos.shape[-1] * 2 != rdim or rdim > h:
             raise InvalidArgument(f"{self.what}: cos_cache {list(cos.shape)} and sin_cache {list(sin.shape)} for a "
                                   f"rotary dim of {rdim} (head size {h}); both caches need {rdim // 2} values a row.")
+        if self.native is not None and self._native_rows_apply(x, cos, sin, pos, b, s):
+            return [self._native_rows(x, cos, sin, pos, b, s, h, rdim)]
         if pos is not None:
             if pos.size and (pos.min() < 0 or pos.max() >= cos.shape[0]):
                 raise InvalidArgument(f"{self.what}: position {int(pos.max())} is outside the {cos.shape[0]} rows "
@@ -298,3 +316,28 @@ class RotaryEmbedding(Kernel):
         if x.ndim == 3:
             out = out.transpose(0, 2, 1, 3).reshape(x.shape)
         return [out]
+
+    @staticmethod
+    def _native_rows_apply(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pos: np.ndarray | None, b: int,
+                           s: int) -> bool:
+        """ROTARY_PATHS["native_rows"]'s condition on the inputs."""
+        if not (x.dtype == cos.dtype == sin.dtype == _F32 and x.flags.c_contiguous and cos.flags.c_contiguous
+                and sin.flags.c_contiguous and x.size):
+            return False
+        if pos is None:
+            return cos.ndim == 3 and cos.shape[1] == s and cos.shape[0] in (1, b)
+        return (pos.dtype == np.int64 and pos.ndim == 2 and pos.shape[1] == s and pos.shape[0] in (1, b)
+                and pos.flags.c_contiguous and cos.ndim == 2 and cos.shape[0] > 0)
+
+    def _native_rows(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pos: np.ndarray | None, b: int, s: int,
+                     h: int, rdim: int) -> np.ndarray:
+        out = np.empty_like(x)
+        n = x.shape[1] if x.ndim == 4 else self.heads
+        rows = cos.shape[0] if pos is not None else cos.shape[0] * s
+        bad = self.native.rotary(x, cos, sin, pos, out,  # ROTARY_PATHS["native_rows"]
+                                 (b, n, s, h, rdim // 2, rows, cos.shape[0], 0 if pos is None else pos.shape[0]),
+                                 x.ndim == 4, self.interleaved)
+        if bad >= 0:
+            raise InvalidArgument(f"{self.what}: position {int(pos.flat[bad])} is outside the {cos.shape[0]} rows "
+                                  "of cos_cache; extend the caches.")
+        return out

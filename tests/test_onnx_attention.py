@@ -354,15 +354,17 @@ def test_rotary_native_rows_path_matches_the_plain_path_to_the_bit(layout, inter
 
 
 def test_rotary_native_rows_keeps_its_condition():
-    """What the C path does not take: a strided input, float16, positions of another batch or length
-    or type, caches of another batch; what it takes: both forms of the caches."""
+    """What the C path does not take: a strided input other than transposed heads, float16,
+    positions of another batch or length or type, caches of another batch; what it takes: both
+    forms of the caches, heads transposed from [B, S, N, H]."""
     apply = onnx_attention.RotaryEmbedding._native_rows_apply
     x = np.zeros((2, 3, 5, 8), np.float32)
     cache, pos = np.zeros((16, 4), np.float32), np.zeros((2, 5), np.int64)
     steps = np.zeros((1, 5, 4), np.float32)
     assert apply(x, cache, cache, pos, 2, 5) and apply(x, steps, steps, None, 2, 5)
     assert apply(x, cache, cache, pos[:1], 2, 5)
-    assert not apply(x.transpose(0, 2, 1, 3), cache, cache, pos, 2, 5)
+    assert apply(np.zeros((2, 5, 3, 8), np.float32).transpose(0, 2, 1, 3), cache, cache, pos, 2, 5)
+    assert not apply(np.zeros((2, 3, 8, 5), np.float32).transpose(0, 1, 3, 2), cache, cache, pos, 2, 5)
     assert not apply(x.astype(np.float16), cache, cache, pos, 2, 5)
     assert not apply(x, cache, cache, np.zeros((3, 5), np.int64), 2, 5)
     assert not apply(x, cache, cache, np.zeros((2, 4), np.int64), 2, 5)
@@ -382,3 +384,30 @@ def test_rotary_native_rows_names_a_position_past_the_caches():
         pos[1, 3] = bad
         with pytest.raises(InvalidArgument, match=f"position {bad} is outside the 16 rows of cos_cache"):
             sess.run(None, dict(feeds, position_ids=pos))
+
+
+@pytest.mark.skipif(_native is None, reason="the C extension _native is not built (or switched off)")
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_rotary_native_rows_reads_transposed_heads(interleaved, monkeypatch):
+    """The exporters' heads: a Transpose of [B, S, N, H] (a view) into RotaryEmbedding; the C path
+    reads the view's storage, equal to the bit to the plain path, its output C-contiguous."""
+    feeds, _ = _rotary_feeds(7, "4d", 0, "ids")
+    feeds["X"] = np.ascontiguousarray(feeds["X"].transpose(0, 2, 1, 3))  # [B, S, N, H]
+    names = list(feeds)
+    inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in feeds.items()]
+    nodes = [helper.make_node("Transpose", ["X"], ["heads"], perm=[0, 2, 1, 3]),
+             helper.make_node("RotaryEmbedding", ["heads", *names[1:]], ["y"], interleaved=interleaved)]
+    model = helper.make_model(helper.make_graph(nodes, "rope", inputs, [onnx.ValueInfoProto(name="y")]),
+                              opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    data = model.SerializeToString()
+    monkeypatch.setattr(onnx_attention, "NATIVE_ROTARY_ENABLED", False)
+    plain = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    monkeypatch.setattr(onnx_attention, "NATIVE_ROTARY_ENABLED", True)
+    calls: list[bool] = []
+    monkeypatch.setattr(onnx_attention, "native_module", lambda: SimpleNamespace(
+        rotary=lambda *a: calls.append(a[0].flags.c_contiguous) or _native.rotary(*a)))
+    got = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert calls == [True]
+    assert got[0].flags.c_contiguous
+    np.testing.assert_array_equal(got[0], plain[0])

@@ -3192,18 +3192,19 @@ __attribute__((optimize("fp-contract=off"))) static void rotary_row(const float 
   for (Py_ssize_t i = 2 * half; i < h; i++) y[i] = x[i];
 }
 
-/* rotary(x, cos, sin, pos, out, (b, n, s, h, half, cache_rows, cb, pb), heads_first, interleaved) -> -1, or
- * the flat index of the first position outside [0, cache_rows) (out then unfinished). x, out float32
- * [b, n, s, h] (heads_first) or [b, s, n, h]; cos, sin float32 [cache_rows, half]. With pos (int64
+/* rotary(x, cos, sin, pos, out, (b, n, s, h, half, cache_rows, cb, pb), x_heads_first, out_heads_first,
+ * interleaved) -> -1, or the flat index of the first position outside [0, cache_rows) (out then
+ * unfinished). x, out float32 [b, n, s, h] (heads first) or [b, s, n, h] (a transposed view's
+ * storage: the heads [b, n, s, h] the exporters' Transpose gives); cos, sin float32 [cache_rows, half]. With pos (int64
  * [pb, s], pb 1 or b) a row's cache row is its position; without (None), the caches are [cb, s, half]
  * (cb 1 or b: cache_rows = cb * s) and the row is (batch, step). */
 static PyObject *rotary(PyObject *module, PyObject *args) {
   PyObject *o_x, *o_c, *o_s, *o_p, *o_o;
   Py_ssize_t b, n, s, h, half, cache_rows, cb, pb;
-  int heads_first, interleaved;
+  int x_heads_first, out_heads_first, interleaved;
   (void)module;
-  if (!PyArg_ParseTuple(args, "OOOOO(nnnnnnnn)pp", &o_x, &o_c, &o_s, &o_p, &o_o, &b, &n, &s, &h, &half, &cache_rows,
-                        &cb, &pb, &heads_first, &interleaved))
+  if (!PyArg_ParseTuple(args, "OOOOO(nnnnnnnn)ppp", &o_x, &o_c, &o_s, &o_p, &o_o, &b, &n, &s, &h, &half, &cache_rows,
+                        &cb, &pb, &x_heads_first, &out_heads_first, &interleaved))
     return NULL;
   int has_pos = o_p != Py_None;
   if (b < 1 || n < 1 || s < 1 || half < 0 || 2 * half > h || cache_rows < 1 || (has_pos && pb != 1 && pb != b) ||
@@ -3244,8 +3245,9 @@ static PyObject *rotary(PyObject *module, PyObject *args) {
         row = (cb > 1 ? bi : 0) * s + si;
       }
       for (Py_ssize_t ni = 0; ni < n; ni++) {
-        Py_ssize_t off = heads_first ? ((bi * n + ni) * s + si) * h : ((bi * s + si) * n + ni) * h;
-        rotary_row(x + off, y + off, c + row * half, sn + row * half, h, half, interleaved);
+        Py_ssize_t heads = ((bi * n + ni) * s + si) * h, steps = ((bi * s + si) * n + ni) * h;
+        rotary_row(x + (x_heads_first ? heads : steps), y + (out_heads_first ? heads : steps), c + row * half,
+                   sn + row * half, h, half, interleaved);
       }
     }
   if (has_pos) PyBuffer_Release(&bp);
@@ -4381,7 +4383,8 @@ static PyMethodDef module_methods[] = {
      "softmax(q k^T * scale, boolean mask, causal from offset >= 0) v of float32 query rows grouped by key-value "
      "head into out; False where a score is not finite."},
     {"rotary", rotary, METH_VARARGS,
-     "rotary(x, cos, sin, pos, out, (b, n, s, h, half, cache_rows, cb, pb), heads_first, interleaved) -> -1 or "
+     "rotary(x, cos, sin, pos, out, (b, n, s, h, half, cache_rows, cb, pb), x_heads_first, out_heads_first, "
+     "interleaved) -> -1 or "
      "the first bad position's index: rotary embedding of float32 heads by cache rows at positions (or per step)."},
     {"quantize_linear", quantize_linear, METH_VARARGS,
      "quantize_linear(x, y, scale, zero_point, lo, hi): y = saturate(rint(x / scale) + zero_point) into [lo, hi] "

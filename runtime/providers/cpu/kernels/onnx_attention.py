@@ -74,6 +74,12 @@ def _heads(x: np.ndarray, heads: int, what: str, name: str) -> np.ndarray:
     return x.reshape(b, s, heads, hidden // heads).transpose(0, 2, 1, 3)
 
 
+def _steps_first(x: np.ndarray) -> bool:
+    """Whether 4-D x [B, N, S, H] is the transposed view of a C-contiguous [B, S, N, H] (the
+    exporters' Transpose of the projected heads)."""
+    return x.ndim == 4 and x.transpose(0, 2, 1, 3).flags.c_contiguous
+
+
 @register("Attention", since=23)
 class Attention(Kernel):
     """softmax(Q K^T * scale (softcapped) + mask) V over [B, H, S, D] heads, key-value heads shared
@@ -321,8 +327,8 @@ class RotaryEmbedding(Kernel):
     def _native_rows_apply(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pos: np.ndarray | None, b: int,
                            s: int) -> bool:
         """ROTARY_PATHS["native_rows"]'s condition on the inputs."""
-        if not (x.dtype == cos.dtype == sin.dtype == _F32 and x.flags.c_contiguous and cos.flags.c_contiguous
-                and sin.flags.c_contiguous and x.size):
+        if not (x.dtype == cos.dtype == sin.dtype == _F32 and cos.flags.c_contiguous and sin.flags.c_contiguous
+                and x.size and (x.flags.c_contiguous or _steps_first(x))):
             return False
         if pos is None:
             return cos.ndim == 3 and cos.shape[1] == s and cos.shape[0] in (1, b)
@@ -331,12 +337,13 @@ class RotaryEmbedding(Kernel):
 
     def _native_rows(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pos: np.ndarray | None, b: int, s: int,
                      h: int, rdim: int) -> np.ndarray:
-        out = np.empty_like(x)
+        out = np.empty(x.shape, _F32)
         n = x.shape[1] if x.ndim == 4 else self.heads
         rows = cos.shape[0] if pos is not None else cos.shape[0] * s
-        bad = self.native.rotary(x, cos, sin, pos, out,  # ROTARY_PATHS["native_rows"]
+        x_heads_first = x.ndim == 4 and x.flags.c_contiguous
+        bad = self.native.rotary(x if x.flags.c_contiguous else x.transpose(0, 2, 1, 3), cos, sin, pos, out,
                                  (b, n, s, h, rdim // 2, rows, cos.shape[0], 0 if pos is None else pos.shape[0]),
-                                 x.ndim == 4, self.interleaved)
+                                 x_heads_first, x.ndim == 4, self.interleaved)  # ROTARY_PATHS["native_rows"]
         if bad >= 0:
             raise InvalidArgument(f"{self.what}: position {int(pos.flat[bad])} is outside the {cos.shape[0]} rows "
                                   "of cos_cache; extend the caches.")

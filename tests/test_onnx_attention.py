@@ -307,7 +307,7 @@ def test_native_small_path_matches_the_plain_path(layout, heads, kv_heads, mask,
 
 @pytest.mark.skipif(_native is None, reason="the C extension _native is not built (or switched off)")
 def test_native_small_path_leaves_large_and_non_finite_cases(monkeypatch):
-    """More scores than NATIVE_SMALL_SCORES go the numpy way; an infinite query (a score not finite)
+    """More work than NATIVE_SMALL_WORK goes the numpy way; an infinite query (a score not finite)
     makes the C routine give up, and the numpy way's result (NaN, as the reference) comes back."""
     feeds, attrs = _attention_feeds(13, "4d", 4, 2, "bool", 0)
     model = _model("Attention", feeds, 1, **attrs).SerializeToString()
@@ -319,10 +319,10 @@ def test_native_small_path_leaves_large_and_non_finite_cases(monkeypatch):
     monkeypatch.setattr(onnx_attention, "native_module", lambda: SimpleNamespace(
         attention_small=lambda *a: results.append(_native.attention_small(*a)) or results[-1]))
     sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
-    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_SCORES", 8)
-    _close(sess.run(None, feeds), plain.run(None, feeds), "past the scores limit")
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_WORK", 64)
+    _close(sess.run(None, feeds), plain.run(None, feeds), "past the work limit")
     assert results == []
-    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_SCORES", 4096)
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_WORK", 1 << 16)
     plain_feeds["Q"] = feeds["Q"].copy()
     plain_feeds["Q"][0, 1, 2, 3] = np.inf
     got, want = sess.run(None, plain_feeds), plain.run(None, plain_feeds)

@@ -23,8 +23,8 @@ from onnxhal.runtime.providers.path_tables import path_table
 ATTENTION_PATHS = path_table("onnx_attention.Attention", "the plain path: broadcast products over the grouped "
                                                          "heads, the additive bias, softmax_last_axis")
 ATTENTION_PATHS.add("native_small", "float32, no softcap or other softmax precision, no mask or a boolean one of "
-                                    "every key ([S, T] or [B or 1, 1, S or 1, T]), at most NATIVE_SMALL_SCORES "
-                                    "scores and head sizes up to NATIVE_SMALL_HEAD; the C extension _native built, "
+                                    "every key ([S, T] or [B or 1, 1, S or 1, T]), B * H * S * T * (D + Dv) at most "
+                                    "NATIVE_SMALL_WORK; the C extension _native built, "
                                     "ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_SMALL_ENABLED (both read when the "
                                     "kernel is built): _native.attention_small, every query row's scores, softmax "
                                     "and weighted sum in one call (a score that is not finite: the paths below)")
@@ -33,9 +33,10 @@ ATTENTION_PATHS.add("grouped_rows", "float32, no softcap or other softmax precis
                                     "key-value head as rows of one head, 4-D products (``Attention._grouped_rows``)")
 #: The switch of ``ATTENTION_PATHS["native_small"]``: False keeps the numpy paths.
 NATIVE_SMALL_ENABLED = True
-#: native_small's limits: B * H * S * T scores (past them BLAS's products win) and head size
-NATIVE_SMALL_SCORES = 4096
-NATIVE_SMALL_HEAD = 256
+#: native_small's limit on the multiply-adds of the scores and the weighted sum, B * H * S * T * (D + Dv):
+#: its scalar loops against BLAS's products, measured on one thread (causal, no past): 1/4/4/16/16 heads,
+#: queries, keys, head 16 (32K) 17 against 27 us, 32 (64K) 21 against 28, 8/2/16/16/64 (256K) 67 against 35
+NATIVE_SMALL_WORK = 1 << 16
 # the grouped-rows path of Attention (Attention._grouped_rows); off: the plain broadcast products
 GROUPED_ROWS_ENABLED = True
 
@@ -144,8 +145,8 @@ class Attention(Kernel):
         scale = q.dtype.type(1.0 / np.sqrt(d) if self.scale is None else self.scale)
         rep = h // kvh
         dv = v4.shape[3]
-        if (self.native is not None and b * h * s * t <= NATIVE_SMALL_SCORES and d <= NATIVE_SMALL_HEAD
-                and dv <= NATIVE_SMALL_HEAD and self._grouped_rows_apply(mask, q.dtype)
+        if (self.native is not None and b * h * s * t * (d + dv) <= NATIVE_SMALL_WORK
+                and self._grouped_rows_apply(mask, q.dtype)
                 and (mask is None or (mask.shape[-1] == t and mask.shape[-2] in (1, s)
                                       and (mask.ndim == 2 or mask.shape[0] in (1, b))))):
             k4, v4 = np.ascontiguousarray(k4), np.ascontiguousarray(v4)

@@ -411,3 +411,19 @@ def test_rotary_native_rows_reads_transposed_heads(interleaved, monkeypatch):
     assert calls == [True]
     assert got[0].flags.c_contiguous
     np.testing.assert_array_equal(got[0], plain[0])
+
+
+def test_attention_with_no_new_tokens_runs_on_every_path(monkeypatch):
+    """Zero new queries and keys after a past (an empty step): the C path's condition leaves it to
+    numpy, which returns an empty output and the past as the presents, the switch on or off."""
+    feeds, attrs = _attention_feeds(1, "4d", 4, 2, "none", 3)
+    for name in ("Q", "K", "V"):
+        feeds[name] = feeds[name][:, :, :0]
+    model = _model("Attention", feeds, 3, is_causal=1, **attrs).SerializeToString()
+    given = {k: v for k, v in feeds.items() if v is not None}
+    for on in (False, True):
+        monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", on)
+        out, present_k, present_v = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, given)
+        assert out.shape == (2, 4, 0, 8)
+        np.testing.assert_array_equal(present_k, feeds["past_key"])
+        np.testing.assert_array_equal(present_v, feeds["past_value"])

@@ -23,8 +23,8 @@ from onnxhal.runtime.providers.path_tables import path_table
 ATTENTION_PATHS = path_table("onnx_attention.Attention", "the plain path: broadcast products over the grouped "
                                                          "heads, the additive bias, softmax_last_axis")
 ATTENTION_PATHS.add("native_small", "float32, no softcap or other softmax precision, no mask or a boolean one of "
-                                    "every key ([S, T] or [B or 1, 1, S or 1, T]), B * H * S * T * (D + Dv) at most "
-                                    "NATIVE_SMALL_WORK; the C extension _native built, "
+                                    "every key ([S, T] or [B or 1, 1, S or 1, T]), no axis empty, B * H * S * T * (D + Dv) "
+                                    "at most NATIVE_SMALL_WORK; the C extension _native built, "
                                     "ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_SMALL_ENABLED (both read when the "
                                     "kernel is built): _native.attention_small, every query row's scores, softmax "
                                     "and weighted sum in one call (a score that is not finite: the paths below)")
@@ -145,7 +145,7 @@ class Attention(Kernel):
         scale = q.dtype.type(1.0 / np.sqrt(d) if self.scale is None else self.scale)
         rep = h // kvh
         dv = v4.shape[3]
-        if (self.native is not None and b * h * s * t * (d + dv) <= NATIVE_SMALL_WORK
+        if (self.native is not None and 0 < b * h * s * t * d * dv and b * h * s * t * (d + dv) <= NATIVE_SMALL_WORK
                 and self._grouped_rows_apply(mask, q.dtype)
                 and (mask is None or (mask.shape[-1] == t and mask.shape[-2] in (1, s)
                                       and (mask.ndim == 2 or mask.shape[0] in (1, b))))):

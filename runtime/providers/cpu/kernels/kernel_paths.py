@@ -31,6 +31,7 @@ def all_paths() -> Iterator[tuple[str, KernelPath]]:
         ml_svm,
         ml_trees,
         numerics,
+        onnx_attention,
         pad_indices,
         pooling,
         quantize,

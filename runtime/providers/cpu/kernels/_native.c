@@ -2,7 +2,8 @@
  * walked tree by tree over the rows, libsvm's pairwise coupling row by row, an LSTM's steps
  * (recurrent.py's default form), direct and small 1x1 convolutions (fused_conv.py), per-tensor
  * quantization (quantize.py), small layer norms (normalization.py), softmax rows and Gelu
- * (numerics.py), for the small runs where
+ * (numerics.py), RMS norm rows (rms_group_norm.py), attention of few scores and rotary embeddings
+ * (onnx_attention.py), for the small runs where
  * numpy's per-call cost (or BLAS's per-channel products) is the whole run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
  * alone, and an install without one leaves ml_trees.py on its numpy kernel, the canonical one.
  *

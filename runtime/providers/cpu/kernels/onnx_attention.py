@@ -8,6 +8,8 @@ reference computes them."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from onnx import helper
 
@@ -142,7 +144,8 @@ class Attention(Kernel):
             raise InvalidArgument(f"{self.what}: Q heads {list(q4.shape)}, keys {list(k4.shape)}, values "
                                   f"{list(v4.shape)}; the query heads must be a multiple of the key-value heads, "
                                   "keys and values of one length, queries and keys of one head size.")
-        scale = q.dtype.type(1.0 / np.sqrt(d) if self.scale is None else self.scale)
+        # math.sqrt, not np.sqrt: the same correctly rounded double, without numpy's scalar call
+        scale = q.dtype.type(1.0 / math.sqrt(d) if self.scale is None else self.scale)
         rep = h // kvh
         dv = v4.shape[3]
         if (self.native is not None and 0 < b * h * s * t * d * dv and b * h * s * t * (d + dv) <= NATIVE_SMALL_WORK

@@ -7,6 +7,8 @@ partial rotary dim, position ids, caches of batch 1)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -19,6 +21,9 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu import kernel_factory
 from onnxhal.runtime.providers.cpu.kernels import onnx_attention
 from onnxhal.runtime.providers.cpu.kernels.ms_decoder_attention import rotate, rotate_whole_halves
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
+
+_native = native_module()
 
 
 def _model(op: str, feeds: dict, n_out: int, **attrs) -> onnx.ModelProto:
@@ -213,7 +218,8 @@ def _grouped_cases():
 @pytest.mark.parametrize("layout,heads,kv_heads,mask,causal,past", list(_grouped_cases()))
 def test_grouped_rows_path_matches_the_plain_path(layout, heads, kv_heads, mask, causal, past, monkeypatch):
     """onnx_attention.GROUPED_ROWS_ENABLED on against off, same inputs; taken exactly where its
-    condition holds (boolean masks of one head or 2-D, none; a float mask stays on the plain path)."""
+    condition holds (boolean masks of one head or 2-D, none; a float mask stays on the plain path).
+    The session is built with the native_small path off (it would take these cases first)."""
     feeds, attrs = _attention_feeds(11, layout, heads, kv_heads, "float" if mask == "float" else
                                     "short" if mask == "short" else "none" if mask == "none" else "bool", past)
     if mask == "bool2d":
@@ -225,6 +231,7 @@ def test_grouped_rows_path_matches_the_plain_path(layout, heads, kv_heads, mask,
     n_out = 3 if past else 1
     model = _model("Attention", feeds, n_out, is_causal=causal, **attrs).SerializeToString()
     given = {k: v for k, v in feeds.items() if v is not None}
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", False)
     sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
     taken: list[int] = []
     grouped = onnx_attention.Attention._grouped_rows
@@ -254,6 +261,7 @@ def test_rotate_whole_halves_equals_rotate_to_the_bit(seed, shape, half):
 def test_rotary_whole_halves_switch_matches_the_plain_path(layout, interleaved, rotary_dim, monkeypatch):
     feeds, attrs = _rotary_feeds(4, layout, rotary_dim, "ids")
     model = _model("RotaryEmbedding", feeds, 1, interleaved=interleaved, **attrs).SerializeToString()
+    monkeypatch.setattr(onnx_attention, "NATIVE_ROTARY_ENABLED", False)  # (it would take these cases first)
     sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
     taken: list[int] = []
     monkeypatch.setattr(onnx_attention, "rotate_whole_halves",
@@ -264,3 +272,158 @@ def test_rotary_whole_halves_switch_matches_the_plain_path(layout, interleaved, 
     got = sess.run(None, feeds)
     assert bool(taken) == (not interleaved and not rotary_dim)
     np.testing.assert_array_equal(got[0], plain[0])
+
+
+@pytest.mark.parametrize("layout,heads,kv_heads,mask,causal,past", list(_grouped_cases()))
+@pytest.mark.skipif(_native is None, reason="the C extension _native is not built (or switched off)")
+def test_native_small_path_matches_the_plain_path(layout, heads, kv_heads, mask, causal, past, monkeypatch):
+    """ATTENTION_PATHS["native_small"] (onnx_attention.NATIVE_SMALL_ENABLED, read when the kernel is
+    built) against the plain path (both numpy paths off), same inputs; taken exactly where its
+    condition holds (no mask or a boolean one of every key; a short or float mask is not)."""
+    feeds, attrs = _attention_feeds(12, layout, heads, kv_heads, "float" if mask == "float" else
+                                    "short" if mask == "short" else "none" if mask == "none" else "bool", past)
+    if mask == "bool2d":
+        feeds["attn_mask"] = np.ascontiguousarray(feeds["attn_mask"][0, 0])
+    elif mask == "row":
+        feeds["attn_mask"] = np.ascontiguousarray(feeds["attn_mask"][:, :, :1])
+    elif mask == "dead":
+        feeds["attn_mask"][1, 0, 2, :] = False
+    n_out = 3 if past else 1
+    model = _model("Attention", feeds, n_out, is_causal=causal, **attrs).SerializeToString()
+    given = {k: v for k, v in feeds.items() if v is not None}
+    monkeypatch.setattr(onnx_attention, "GROUPED_ROWS_ENABLED", False)
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", False)
+    plain = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, given)
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", True)
+    calls: list[int] = []
+    monkeypatch.setattr(onnx_attention, "native_module", lambda: SimpleNamespace(
+        attention_small=lambda *a: calls.append(1) or _native.attention_small(*a)))
+    got = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, given)
+    assert bool(calls) == (mask not in ("float", "short")), (mask, calls)
+    _close(got, plain, f"native small {layout} {heads}/{kv_heads} mask {mask} causal {causal} past {past}", 1e-5, 1e-6)
+    if mask == "dead":
+        assert not np.isnan(got[0]).any()
+
+
+@pytest.mark.skipif(_native is None, reason="the C extension _native is not built (or switched off)")
+def test_native_small_path_leaves_large_and_non_finite_cases(monkeypatch):
+    """More work than NATIVE_SMALL_WORK goes the numpy way; an infinite query (a score not finite)
+    makes the C routine give up, and the numpy way's result (NaN, as the reference) comes back."""
+    feeds, attrs = _attention_feeds(13, "4d", 4, 2, "bool", 0)
+    model = _model("Attention", feeds, 1, **attrs).SerializeToString()
+    plain_feeds = dict(feeds)
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", False)
+    plain = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", True)
+    results: list[bool] = []
+    monkeypatch.setattr(onnx_attention, "native_module", lambda: SimpleNamespace(
+        attention_small=lambda *a: results.append(_native.attention_small(*a)) or results[-1]))
+    sess = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_WORK", 64)
+    _close(sess.run(None, feeds), plain.run(None, feeds), "past the work limit")
+    assert results == []
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_WORK", 1 << 16)
+    plain_feeds["Q"] = feeds["Q"].copy()
+    plain_feeds["Q"][0, 1, 2, 3] = np.inf
+    got, want = sess.run(None, plain_feeds), plain.run(None, plain_feeds)
+    assert results == [False]
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
+    _close([np.nan_to_num(got[0])], [np.nan_to_num(want[0])], "an infinite query")
+
+
+@pytest.mark.skipif(_native is None, reason="the C extension _native is not built (or switched off)")
+@pytest.mark.parametrize("layout,interleaved,rotary_dim,positions", [
+    (layout, interleaved, rotary_dim, positions) for layout in ("4d", "3d") for interleaved in (0, 1)
+    for rotary_dim in (0, 4) for positions in ("ids", "per_batch", "batch_one")])
+def test_rotary_native_rows_path_matches_the_plain_path_to_the_bit(layout, interleaved, rotary_dim, positions,
+                                                                   monkeypatch):
+    """ROTARY_PATHS["native_rows"] (NATIVE_ROTARY_ENABLED, read when the kernel is built) against the
+    plain path (whole halves off too), equal to the bit; taken in every one of these float32 cases."""
+    feeds, attrs = _rotary_feeds(5, layout, rotary_dim, positions)
+    model = _model("RotaryEmbedding", feeds, 1, interleaved=interleaved, **attrs).SerializeToString()
+    monkeypatch.setattr(onnx_attention, "WHOLE_HALVES_ENABLED", False)
+    monkeypatch.setattr(onnx_attention, "NATIVE_ROTARY_ENABLED", False)
+    plain = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    monkeypatch.setattr(onnx_attention, "NATIVE_ROTARY_ENABLED", True)
+    calls: list[int] = []
+    monkeypatch.setattr(onnx_attention, "native_module", lambda: SimpleNamespace(
+        rotary=lambda *a: calls.append(1) or _native.rotary(*a)))
+    got = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert calls == [1]
+    np.testing.assert_array_equal(got[0], plain[0])
+
+
+def test_rotary_native_rows_keeps_its_condition():
+    """What the C path does not take: a strided input other than transposed heads, float16,
+    positions of another batch or length or type, caches of another batch; what it takes: both
+    forms of the caches, heads transposed from [B, S, N, H]."""
+    apply = onnx_attention.RotaryEmbedding._native_rows_apply
+    x = np.zeros((2, 3, 5, 8), np.float32)
+    cache, pos = np.zeros((16, 4), np.float32), np.zeros((2, 5), np.int64)
+    steps = np.zeros((1, 5, 4), np.float32)
+    assert apply(x, cache, cache, pos, 2, 5) and apply(x, steps, steps, None, 2, 5)
+    assert apply(x, cache, cache, pos[:1], 2, 5)
+    assert apply(np.zeros((2, 5, 3, 8), np.float32).transpose(0, 2, 1, 3), cache, cache, pos, 2, 5)
+    assert not apply(np.zeros((2, 3, 8, 5), np.float32).transpose(0, 1, 3, 2), cache, cache, pos, 2, 5)
+    assert not apply(x.astype(np.float16), cache, cache, pos, 2, 5)
+    assert not apply(x, cache, cache, np.zeros((3, 5), np.int64), 2, 5)
+    assert not apply(x, cache, cache, np.zeros((2, 4), np.int64), 2, 5)
+    assert not apply(x, cache, cache, pos.astype(np.int32), 2, 5)
+    assert not apply(x, cache, cache, pos[:, ::-1], 2, 5)
+    assert not apply(x, np.zeros((3, 5, 4), np.float32), np.zeros((3, 5, 4), np.float32), None, 2, 5)
+
+
+@pytest.mark.skipif(_native is None, reason="the C extension _native is not built (or switched off)")
+def test_rotary_native_rows_names_a_position_past_the_caches():
+    """The C path checks the positions as it goes: one past the cache or negative is named."""
+    feeds, attrs = _rotary_feeds(6, "4d", 0, "ids")
+    sess = onnxhal.InferenceSession(_model("RotaryEmbedding", feeds, 1).SerializeToString(),
+                                    providers=["CPUExecutionProvider"])
+    for bad in (16, -1):
+        pos = feeds["position_ids"].copy()
+        pos[1, 3] = bad
+        with pytest.raises(InvalidArgument, match=f"position {bad} is outside the 16 rows of cos_cache"):
+            sess.run(None, dict(feeds, position_ids=pos))
+
+
+@pytest.mark.skipif(_native is None, reason="the C extension _native is not built (or switched off)")
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_rotary_native_rows_reads_transposed_heads(interleaved, monkeypatch):
+    """The exporters' heads: a Transpose of [B, S, N, H] (a view) into RotaryEmbedding; the C path
+    reads the view's storage, equal to the bit to the plain path, its output C-contiguous."""
+    feeds, _ = _rotary_feeds(7, "4d", 0, "ids")
+    feeds["X"] = np.ascontiguousarray(feeds["X"].transpose(0, 2, 1, 3))  # [B, S, N, H]
+    names = list(feeds)
+    inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in feeds.items()]
+    nodes = [helper.make_node("Transpose", ["X"], ["heads"], perm=[0, 2, 1, 3]),
+             helper.make_node("RotaryEmbedding", ["heads", *names[1:]], ["y"], interleaved=interleaved)]
+    model = helper.make_model(helper.make_graph(nodes, "rope", inputs, [onnx.ValueInfoProto(name="y")]),
+                              opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    data = model.SerializeToString()
+    monkeypatch.setattr(onnx_attention, "NATIVE_ROTARY_ENABLED", False)
+    plain = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    monkeypatch.setattr(onnx_attention, "NATIVE_ROTARY_ENABLED", True)
+    calls: list[bool] = []
+    monkeypatch.setattr(onnx_attention, "native_module", lambda: SimpleNamespace(
+        rotary=lambda *a: calls.append(a[0].flags.c_contiguous) or _native.rotary(*a)))
+    got = onnxhal.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert calls == [True]
+    assert got[0].flags.c_contiguous
+    np.testing.assert_array_equal(got[0], plain[0])
+
+
+def test_attention_with_no_new_tokens_runs_on_every_path(monkeypatch):
+    """Zero new queries and keys after a past (an empty step): the C path's condition leaves it to
+    numpy, which returns an empty output and the past as the presents, the switch on or off."""
+    feeds, attrs = _attention_feeds(1, "4d", 4, 2, "none", 3)
+    for name in ("Q", "K", "V"):
+        feeds[name] = feeds[name][:, :, :0]
+    model = _model("Attention", feeds, 3, is_causal=1, **attrs).SerializeToString()
+    given = {k: v for k, v in feeds.items() if v is not None}
+    for on in (False, True):
+        monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", on)
+        out, present_k, present_v = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, given)
+        assert out.shape == (2, 4, 0, 8)
+        np.testing.assert_array_equal(present_k, feeds["past_key"])
+        np.testing.assert_array_equal(present_v, feeds["past_value"])

@@ -2,7 +2,8 @@
  * walked tree by tree over the rows, libsvm's pairwise coupling row by row, an LSTM's steps
  * (recurrent.py's default form), direct and small 1x1 convolutions (fused_conv.py), per-tensor
  * quantization (quantize.py), small layer norms (normalization.py), softmax rows and Gelu
- * (numerics.py), for the small runs where
+ * (numerics.py), RMS norm rows (rms_group_norm.py), attention of few scores and rotary embeddings
+ * (onnx_attention.py), for the small runs where
  * numpy's per-call cost (or BLAS's per-channel products) is the whole run. Python's C API and the buffer protocol only (no numpy headers): it builds with a C compiler
  * alone, and an install without one leaves ml_trees.py on its numpy kernel, the canonical one.
  *
@@ -2863,6 +2864,72 @@ done:
 /* ---- end of layer normalization ---- */
 
 
+/* ---- RMS normalization rows (rms_group_norm.py's RMS_NORM_PATHS) ----
+ * Each row of n float32 values: the sum of squares in double (four partial sums: one chain of double
+ * additions is most of a short row), inv = 1 / sqrt(sum / n + eps) in double, then
+ * (float)(x * inv) * scale in float32, as onnxruntime's simplified LayerNormImpl accumulates in double
+ * (onnxruntime/core/providers/cpu/nn/layer_norm_impl.cc). No contraction into FMA. */
+__attribute__((optimize("fp-contract=off"))) static void rms_norm_float(const float *RESTRICT x, const float *RESTRICT g,
+                                                                       float *RESTRICT y, float *RESTRICT inv_out,
+                                                                       Py_ssize_t rows, Py_ssize_t n, double eps) {
+  for (Py_ssize_t r = 0; r < rows; r++) {
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    double s4[4] = {0.0, 0.0, 0.0, 0.0};
+    Py_ssize_t i = 0;
+    for (; i + 4 <= n; i += 4)
+      for (int j = 0; j < 4; j++) s4[j] += (double)xr[i + j] * (double)xr[i + j];
+    for (; i < n; i++) s4[0] += (double)xr[i] * (double)xr[i];
+    double inv = 1.0 / sqrt(((s4[0] + s4[1]) + (s4[2] + s4[3])) / (double)n + eps);
+    for (i = 0; i < n; i++) yr[i] = (float)((double)xr[i] * inv) * g[i];
+    if (inv_out) inv_out[r] = (float)inv;
+  }
+}
+
+/* rms_norm(x, scale, y, inv, eps): each row of n = len(scale) values of x normalized by its root
+ * mean square into y, times scale; each row's 1 / rms into inv (float32 [rows]) unless inv is None.
+ * x, y float32 [rows * n]; scale float32 [n]. */
+static PyObject *rms_norm(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_g, *o_y, *o_i;
+  double eps;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOOd", &o_x, &o_g, &o_y, &o_i, &eps)) return NULL;
+  Py_buffer bx, bg, by, bi;
+  int held = 0;
+  PyObject *result = NULL;
+  if (get_buffer(o_g, &bg, "rms_norm: scale", 4, "f", -1, 0) < 0) return NULL;
+  held = 1;
+  Py_ssize_t n = bg.len / 4;
+  if (n < 1) {
+    PyErr_SetString(PyExc_ValueError, "rms_norm: scale must hold at least one value");
+    goto done;
+  }
+  if (get_buffer(o_x, &bx, "rms_norm: x", 4, "f", -1, 0) < 0) goto done;
+  held = 2;
+  Py_ssize_t rows = bx.len / 4 / n;
+  if (rows * n * 4 != bx.len) {
+    PyErr_SetString(PyExc_ValueError, "rms_norm: x must hold whole rows of len(scale) values");
+    goto done;
+  }
+  if (get_buffer(o_y, &by, "rms_norm: y", 4, "f", rows * n, 1) < 0) goto done;
+  held = 3;
+  if (o_i != Py_None) {
+    if (get_buffer(o_i, &bi, "rms_norm: inv", 4, "f", rows, 1) < 0) goto done;
+    held = 4;
+  }
+  rms_norm_float(bx.buf, bg.buf, by.buf, held >= 4 ? bi.buf : NULL, rows, n, eps);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  if (held >= 4) PyBuffer_Release(&bi);
+  if (held >= 3) PyBuffer_Release(&by);
+  if (held >= 2) PyBuffer_Release(&bx);
+  PyBuffer_Release(&bg);
+  return result;
+}
+/* ---- end of RMS normalization rows ---- */
+
+
 /* ---- softmax over rows (numerics.py's FAST_PATHS["softmax_native"]) ---- */
 /* exp(z) for z <= 0 as tanh_floats computes it: 2^n exp(f), |f| <= ln2 / 2, Taylor to f^7 (error
  * under 1e-8 relative, then float rounding); 0 below -87 (where float's exp is subnormal or 0) */
@@ -2992,6 +3059,203 @@ static PyObject *softmax_rows(PyObject *module, PyObject *args) {
   return PyBool_FromLong(done);
 }
 /* ---- end of softmax over rows ---- */
+
+
+/* ---- attention of few scores (onnx_attention.py's ATTENTION_PATHS["native_small"]) ----
+ * softmax(q k^T * scale + mask) v for each query row, the query heads sharing a key-value head read
+ * as `rows` = rep * S rows of it (onnx_attention._grouped_rows's layout). A key is seen where the
+ * boolean mask holds (mask [MB, MS, T], MB 1 or B, MS 1 or S) and, with offset >= 0 (is_causal),
+ * key j <= query i + offset; a row that sees no key gives zeros (the specification's reference).
+ * Each score a float dot product times scale; the softmax as softmax_rows computes it (x - max,
+ * exp_nonpositive, the sum in double, divided in float); the output the probabilities' weighted sum
+ * of the values in float. Returns 0 without finishing where a score is NaN or infinite (the caller
+ * runs its numpy form). p: scratch of t floats. */
+static int attention_small_float(const float *RESTRICT q, const float *RESTRICT k, const float *RESTRICT v,
+                                 const unsigned char *RESTRICT mask, float *RESTRICT out, float *RESTRICT p,
+                                 Py_ssize_t b, Py_ssize_t kvh, Py_ssize_t rows, Py_ssize_t s, Py_ssize_t t,
+                                 Py_ssize_t d, Py_ssize_t dv, Py_ssize_t mb, Py_ssize_t ms, Py_ssize_t offset,
+                                 float scale) {
+  for (Py_ssize_t bi = 0; bi < b; bi++)
+    for (Py_ssize_t g = 0; g < kvh; g++) {
+      const float *kb = k + (bi * kvh + g) * t * d, *vb = v + (bi * kvh + g) * t * dv;
+      const unsigned char *mb_base = mask ? mask + (mb > 1 ? bi : 0) * ms * t : NULL;
+      for (Py_ssize_t r = 0; r < rows; r++) {
+        Py_ssize_t i = r % s;
+        const float *qr = q + ((bi * kvh + g) * rows + r) * d;
+        float *o = out + ((bi * kvh + g) * rows + r) * dv;
+        const unsigned char *mr = mask ? mb_base + (ms > 1 ? i : 0) * t : NULL;
+        Py_ssize_t jmax = offset >= 0 && i + offset + 1 < t ? i + offset + 1 : t;
+        float m = -INFINITY;
+        int seen = 0;
+        for (Py_ssize_t j = 0; j < t; j++) {
+          if (j >= jmax || (mr && !mr[j])) {
+            p[j] = -INFINITY;
+            continue;
+          }
+          const float *kr = kb + j * d;
+          float acc = 0.0f;
+          for (Py_ssize_t c = 0; c < d; c++) acc += qr[c] * kr[c];
+          acc *= scale;
+          if (!(acc >= -FLT_MAX && acc <= FLT_MAX)) return 0;
+          p[j] = acc;
+          m = acc > m ? acc : m;
+          seen = 1;
+        }
+        for (Py_ssize_t c = 0; c < dv; c++) o[c] = 0.0f;
+        if (!seen) continue;
+        double total = 0.0;
+        for (Py_ssize_t j = 0; j < t; j++) {
+          p[j] = p[j] == -INFINITY ? 0.0f : exp_nonpositive(p[j] - m);
+          total += p[j];
+        }
+        float tot = (float)total;
+        for (Py_ssize_t j = 0; j < t; j++) {
+          if (p[j] == 0.0f) continue;
+          float w = p[j] / tot;
+          const float *vr = vb + j * dv;
+          for (Py_ssize_t c = 0; c < dv; c++) o[c] += w * vr[c];
+        }
+      }
+    }
+  return 1;
+}
+
+/* attention_small(q, k, v, mask, out, dims, offset, scale) -> bool: dims (b, kvh, rows, s, t, d, dv,
+ * mb, ms); q float32 [b * kvh * rows * d], k [b * kvh * t * d], v [b * kvh * t * dv], mask bool
+ * [mb * ms * t] or None, out float32 [b * kvh * rows * dv]; offset < 0: not causal. False where a
+ * score is not finite (out then unfinished). */
+static PyObject *attention_small(PyObject *module, PyObject *args) {
+  PyObject *o_q, *o_k, *o_v, *o_m, *o_o;
+  Py_ssize_t b, kvh, rows, s, t, d, dv, mb, ms, offset;
+  float scale;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOOO(nnnnnnnnn)nf", &o_q, &o_k, &o_v, &o_m, &o_o, &b, &kvh, &rows, &s, &t, &d, &dv,
+                        &mb, &ms, &offset, &scale))
+    return NULL;
+  if (b < 1 || kvh < 1 || rows < 1 || s < 1 || t < 1 || d < 1 || dv < 1 || mb < 1 || ms < 1 || rows % s ||
+      (mb != 1 && mb != b) || (ms != 1 && ms != s)) {
+    PyErr_SetString(PyExc_ValueError, "attention_small: dims must be positive, rows a multiple of s, mb 1 or b, "
+                    "ms 1 or s");
+    return NULL;
+  }
+  Py_buffer bq, bk, bv, bo, bm;
+  PyObject *const objs[4] = {o_q, o_k, o_v, o_o};
+  const char *const what[4] = {"attention_small: q", "attention_small: k", "attention_small: v",
+                               "attention_small: out"};
+  const Py_ssize_t counts[4] = {b * kvh * rows * d, b * kvh * t * d, b * kvh * t * dv, b * kvh * rows * dv};
+  Py_buffer views[4];
+  if (get_buffers(3, views, objs, what, 4, "f", counts, 0) < 0) return NULL;
+  if (get_buffer(o_o, &views[3], what[3], 4, "f", counts[3], 1) < 0) {
+    release_buffers(3, views);
+    return NULL;
+  }
+  bq = views[0], bk = views[1], bv = views[2], bo = views[3];
+  int has_mask = o_m != Py_None;
+  if (has_mask && get_buffer(o_m, &bm, "attention_small: mask", 1, "?", mb * ms * t, 0) < 0) {
+    release_buffers(4, views);
+    return NULL;
+  }
+  float *p = PyMem_Malloc((size_t)t * sizeof(float));
+  int done = 0;
+  if (p) {
+    done = attention_small_float(bq.buf, bk.buf, bv.buf, has_mask ? bm.buf : NULL, bo.buf, p, b, kvh, rows, s, t, d,
+                                 dv, mb, ms, offset, scale);
+    PyMem_Free(p);
+  }
+  if (has_mask) PyBuffer_Release(&bm);
+  release_buffers(4, views);
+  if (!p) return PyErr_NoMemory();
+  return PyBool_FromLong(done);
+}
+/* ---- end of attention of few scores ---- */
+
+
+/* ---- rotary embedding (onnx_attention.py's ROTARY_PATHS["native_rows"]) ----
+ * ms_decoder_attention.rotate's arithmetic, to the bit (float32, no contraction into FMA): the first
+ * 2 * half features of each head's row rotated by the cache row of its position, halves (x1, x2) ->
+ * (x1 cos - x2 sin, x2 cos + x1 sin) or adjacent pairs when interleaved, the rest copied. */
+__attribute__((optimize("fp-contract=off"))) static void rotary_row(const float *RESTRICT x, float *RESTRICT y,
+                                                                   const float *RESTRICT c, const float *RESTRICT sn,
+                                                                   Py_ssize_t h, Py_ssize_t half, int interleaved) {
+  if (interleaved) {
+    for (Py_ssize_t i = 0; i < half; i++) {
+      float a = x[2 * i], b = x[2 * i + 1];
+      y[2 * i] = a * c[i] - b * sn[i];
+      y[2 * i + 1] = b * c[i] + a * sn[i];
+    }
+  } else {
+    for (Py_ssize_t i = 0; i < half; i++) {
+      float a = x[i], b = x[i + half];
+      y[i] = a * c[i] - b * sn[i];
+      y[i + half] = b * c[i] + a * sn[i];
+    }
+  }
+  for (Py_ssize_t i = 2 * half; i < h; i++) y[i] = x[i];
+}
+
+/* rotary(x, cos, sin, pos, out, (b, n, s, h, half, cache_rows, cb, pb), x_heads_first, out_heads_first,
+ * interleaved) -> -1, or the flat index of the first position outside [0, cache_rows) (out then
+ * unfinished). x, out float32 [b, n, s, h] (heads first) or [b, s, n, h] (a transposed view's
+ * storage: the heads [b, n, s, h] the exporters' Transpose gives); cos, sin float32 [cache_rows, half]. With pos (int64
+ * [pb, s], pb 1 or b) a row's cache row is its position; without (None), the caches are [cb, s, half]
+ * (cb 1 or b: cache_rows = cb * s) and the row is (batch, step). */
+static PyObject *rotary(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_c, *o_s, *o_p, *o_o;
+  Py_ssize_t b, n, s, h, half, cache_rows, cb, pb;
+  int x_heads_first, out_heads_first, interleaved;
+  (void)module;
+  if (!PyArg_ParseTuple(args, "OOOOO(nnnnnnnn)ppp", &o_x, &o_c, &o_s, &o_p, &o_o, &b, &n, &s, &h, &half, &cache_rows,
+                        &cb, &pb, &x_heads_first, &out_heads_first, &interleaved))
+    return NULL;
+  int has_pos = o_p != Py_None;
+  if (b < 1 || n < 1 || s < 1 || half < 0 || 2 * half > h || cache_rows < 1 || (has_pos && pb != 1 && pb != b) ||
+      (!has_pos && ((cb != 1 && cb != b) || cache_rows != cb * s))) {
+    PyErr_SetString(PyExc_ValueError, "rotary: dims must be positive, 2 * half <= h, pb (or cb) 1 or b, and "
+                    "without positions cache_rows = cb * s");
+    return NULL;
+  }
+  Py_buffer views[4], bp;
+  PyObject *const objs[4] = {o_x, o_c, o_s, o_o};
+  const char *const what[4] = {"rotary: x", "rotary: cos", "rotary: sin", "rotary: out"};
+  const Py_ssize_t counts[4] = {b * n * s * h, cache_rows * half, cache_rows * half, b * n * s * h};
+  if (get_buffers(3, views, objs, what, 4, "f", counts, 0) < 0) return NULL;
+  if (get_buffer(o_o, &views[3], what[3], 4, "f", counts[3], 1) < 0) {
+    release_buffers(3, views);
+    return NULL;
+  }
+  if (has_pos && get_buffer(o_p, &bp, "rotary: pos", 8, "qlL", pb * s, 0) < 0) {
+    release_buffers(4, views);
+    return NULL;
+  }
+  const float *x = views[0].buf, *c = views[1].buf, *sn = views[2].buf;
+  float *y = views[3].buf;
+  const int64_t *pos = has_pos ? bp.buf : NULL;
+  Py_ssize_t bad = -1;
+  for (Py_ssize_t bi = 0; bi < b && bad < 0; bi++)
+    for (Py_ssize_t si = 0; si < s; si++) {
+      Py_ssize_t row;
+      if (pos) {
+        Py_ssize_t at = (pb > 1 ? bi : 0) * s + si;
+        int64_t p = pos[at];
+        if (p < 0 || p >= cache_rows) {
+          bad = at;
+          break;
+        }
+        row = (Py_ssize_t)p;
+      } else {
+        row = (cb > 1 ? bi : 0) * s + si;
+      }
+      for (Py_ssize_t ni = 0; ni < n; ni++) {
+        Py_ssize_t heads = ((bi * n + ni) * s + si) * h, steps = ((bi * s + si) * n + ni) * h;
+        rotary_row(x + (x_heads_first ? heads : steps), y + (out_heads_first ? heads : steps), c + row * half,
+                   sn + row * half, h, half, interleaved);
+      }
+    }
+  if (has_pos) PyBuffer_Release(&bp);
+  release_buffers(4, views);
+  return PyLong_FromSsize_t(bad);
+}
+/* ---- end of rotary embedding ---- */
 
 /* ---- log-sum-exp over rows (reduction.py's LOGSUMEXP_PATHS["native_rows"]) ---- */
 /* logsumexp_rows(x, y, n) -> bool: y[r] = log(sum(exp(x[r] - m))) + m over rows of n float32
@@ -4112,6 +4376,17 @@ static PyMethodDef module_methods[] = {
      "layer_norm(x, scale, bias, y, mean, inv_std, eps): rows of len(scale) float32 values normalized in float64 "
      "into y (float32), times scale plus bias (or None); the rows' means and inverse deviations into mean and "
      "inv_std (float64)."},
+    {"rms_norm", rms_norm, METH_VARARGS,
+     "rms_norm(x, scale, y, inv, eps): rows of len(scale) float32 values of x divided by their root mean square "
+     "(sum of squares in float64) into y, times scale; the rows' 1 / rms into inv (float32) unless it is None."},
+    {"attention_small", attention_small, METH_VARARGS,
+     "attention_small(q, k, v, mask, out, (b, kvh, rows, s, t, d, dv, mb, ms), offset, scale) -> bool: "
+     "softmax(q k^T * scale, boolean mask, causal from offset >= 0) v of float32 query rows grouped by key-value "
+     "head into out; False where a score is not finite."},
+    {"rotary", rotary, METH_VARARGS,
+     "rotary(x, cos, sin, pos, out, (b, n, s, h, half, cache_rows, cb, pb), x_heads_first, out_heads_first, "
+     "interleaved) -> -1 or "
+     "the first bad position's index: rotary embedding of float32 heads by cache rows at positions (or per step)."},
     {"quantize_linear", quantize_linear, METH_VARARGS,
      "quantize_linear(x, y, scale, zero_point, lo, hi): y = saturate(rint(x / scale) + zero_point) into [lo, hi] "
      "(x float32; y int8, uint8, int16 or uint16), NaN to lo."},

@@ -7,6 +7,7 @@ FastGelu, Gelu, QuickGelu, BiasAdd, FusedMatMul."""
 from __future__ import annotations
 
 import math
+from types import ModuleType
 
 import numpy as np
 
@@ -15,13 +16,17 @@ from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.fused import gelu
 from onnxhal.runtime.providers.cpu.kernels.normalization import layer_norm
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+from onnxhal.runtime.providers.cpu.kernels.rms_group_norm import rms_native, rms_norm
 
 MS = "com.microsoft"
 _FLOAT32 = np.dtype(np.float32)
 
 
-def _rms_norm(x: np.ndarray, gamma: np.ndarray, epsilon: float, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
+def _rms_norm(x: np.ndarray, gamma: np.ndarray, epsilon: float, native: ModuleType | None,
+              axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
     axis = axis + x.ndim if axis < 0 else axis
+    if x.dtype == _FLOAT32:  # RMSNormalization's computation (its C rows where they apply)
+        return rms_norm(x, gamma, axis, epsilon, _FLOAT32, native, want_inv=True)
     xs = x.astype(np.float32, copy=False)
     axes = tuple(range(axis, x.ndim))
     inv = 1 / np.sqrt(np.square(xs).mean(axis=axes, keepdims=True) + np.float32(epsilon))
@@ -48,6 +53,7 @@ class SkipLayerNormalization(Kernel):
         self.epsilon = float(node.attr("epsilon", 1e-12))
         self.n_out = len(node.outputs)
         self.bias_index = 3 if self.simplified else 4
+        self.native = rms_native() if self.simplified else None
 
     def compute(self, inputs: list) -> list:
         x, skip, gamma = inputs[0], inputs[1], inputs[2]
@@ -60,7 +66,7 @@ class SkipLayerNormalization(Kernel):
         if bias is not None:
             total += bias  # total is this kernel's own array
         if self.simplified:
-            y, inv = _rms_norm(total, gamma, self.epsilon)
+            y, inv = _rms_norm(total, gamma, self.epsilon, self.native)
             mean = np.zeros_like(inv)
         else:
             y, mean, inv = layer_norm(total, gamma, beta, -1, self.epsilon, _FLOAT32, stats=self.n_out > 1)
@@ -84,9 +90,10 @@ class SimplifiedLayerNormalization(Kernel):
         self.axis = int(node.attr("axis", -1))
         self.epsilon = float(node.attr("epsilon", 1e-5))
         self.n_out = len(node.outputs)
+        self.native = rms_native()
 
     def compute(self, inputs: list) -> list:
-        y, inv = _rms_norm(inputs[0], inputs[1], self.epsilon, self.axis)
+        y, inv = _rms_norm(inputs[0], inputs[1], self.epsilon, self.native, self.axis)
         return [y, inv][: self.n_out]
 
 

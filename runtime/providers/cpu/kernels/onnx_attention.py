@@ -8,19 +8,56 @@ reference computes them."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from onnx import helper
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.runtime.providers.cpu.kernels.ms_decoder_attention import rotate, rotate_whole_halves
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.numerics import softmax_last_axis
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+from onnxhal.runtime.providers.path_tables import path_table
 
+#: Attention's other ways to run, against its plain path.
+ATTENTION_PATHS = path_table("onnx_attention.Attention", "the plain path: broadcast products over the grouped "
+                                                         "heads, the additive bias, softmax_last_axis")
+ATTENTION_PATHS.add("native_small", "float32, no softcap or other softmax precision, no mask or a boolean one of "
+                                    "every key ([S, T] or [B or 1, 1, S or 1, T]), no axis empty, B * H * S * T * (D + Dv) "
+                                    "at most NATIVE_SMALL_WORK; the C extension _native built, "
+                                    "ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_SMALL_ENABLED (both read when the "
+                                    "kernel is built): _native.attention_small, every query row's scores, softmax "
+                                    "and weighted sum in one call (a score that is not finite: the paths below)")
+ATTENTION_PATHS.add("grouped_rows", "float32, no softcap or other softmax precision, no mask or a boolean one of "
+                                    "one head, GROUPED_ROWS_ENABLED (read at each call): the query heads sharing a "
+                                    "key-value head as rows of one head, 4-D products (``Attention._grouped_rows``)")
+#: The switch of ``ATTENTION_PATHS["native_small"]``: False keeps the numpy paths.
+NATIVE_SMALL_ENABLED = True
+#: native_small's limit on the multiply-adds of the scores and the weighted sum, B * H * S * T * (D + Dv):
+#: its scalar loops against BLAS's products, measured on one thread (causal, no past): 1/4/4/16/16 heads,
+#: queries, keys, head 16 (32K) 17 against 27 us, 32 (64K) 21 against 28, 8/2/16/16/64 (256K) 67 against 35
+NATIVE_SMALL_WORK = 1 << 16
 # the grouped-rows path of Attention (Attention._grouped_rows); off: the plain broadcast products
 GROUPED_ROWS_ENABLED = True
+
+#: RotaryEmbedding's other ways to run, against its plain path.
+ROTARY_PATHS = path_table("onnx_attention.RotaryEmbedding", "the plain path: the caches indexed by the positions, "
+                                                            "ms_decoder_attention.rotate")
+ROTARY_PATHS.add("native_rows", "float32 input, caches and result, all C-contiguous; int64 position_ids [B or 1, S] "
+                                "C-contiguous, or none with caches [B or 1, S, R / 2]; the C extension _native "
+                                "built, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_ROTARY_ENABLED (both read when the "
+                                "kernel is built): _native.rotary, each head's row rotated by its position's cache "
+                                "row in one call, rotate's arithmetic to the bit, positions checked as it goes")
+ROTARY_PATHS.add("whole_halves", "not interleaved, the rotary dim all of the head, WHOLE_HALVES_ENABLED (read at each "
+                                 "call): rotate_whole_halves, x * [cos, cos] + [x2, x1] * [-sin, sin], to the bit")
+#: The switch of ``ROTARY_PATHS["native_rows"]``: False keeps the numpy paths.
+NATIVE_ROTARY_ENABLED = True
 # RotaryEmbedding's whole-head halves by rotate_whole_halves; off: rotate's halves by slices
 WHOLE_HALVES_ENABLED = True
+#: float32, the dtype of the C paths
+_F32 = np.dtype(np.float32)
 #: the float types numpy computes in their own type (matmul included)
 _NUMPY_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -38,6 +75,12 @@ def _heads(x: np.ndarray, heads: int, what: str, name: str) -> np.ndarray:
                               "q_num_heads and kv_num_heads dividing its last axis, or pass 4-D [B, heads, S, D].")
     b, s, hidden = x.shape
     return x.reshape(b, s, heads, hidden // heads).transpose(0, 2, 1, 3)
+
+
+def _steps_first(x: np.ndarray) -> bool:
+    """Whether 4-D x [B, N, S, H] is the transposed view of a C-contiguous [B, S, N, H] (the
+    exporters' Transpose of the projected heads)."""
+    return x.ndim == 4 and x.transpose(0, 2, 1, 3).flags.c_contiguous
 
 
 @register("Attention", since=23)
@@ -62,6 +105,7 @@ class Attention(Kernel):
         wants_scores = len(node.outputs) > 3 and bool(node.outputs[3])
         # the cases left to onnx.reference: the scores output, per-batch key lengths, windows
         self.reference = None
+        self.native = native_module() if NATIVE_SMALL_ENABLED else None
         if wants_scores or (len(node.inputs) > 6 and node.inputs[6]) or windows:
             from onnxhal.runtime.providers.cpu.kernel_factory import ReferenceKernel
 
@@ -100,8 +144,25 @@ class Attention(Kernel):
             raise InvalidArgument(f"{self.what}: Q heads {list(q4.shape)}, keys {list(k4.shape)}, values "
                                   f"{list(v4.shape)}; the query heads must be a multiple of the key-value heads, "
                                   "keys and values of one length, queries and keys of one head size.")
-        scale = q.dtype.type(1.0 / np.sqrt(d) if self.scale is None else self.scale)
+        # math.sqrt, not np.sqrt: the same correctly rounded double, without numpy's scalar call
+        scale = q.dtype.type(1.0 / math.sqrt(d) if self.scale is None else self.scale)
         rep = h // kvh
+        dv = v4.shape[3]
+        if (self.native is not None and 0 < b * h * s * t * d * dv and b * h * s * t * (d + dv) <= NATIVE_SMALL_WORK
+                and self._grouped_rows_apply(mask, q.dtype)
+                and (mask is None or (mask.shape[-1] == t and mask.shape[-2] in (1, s)
+                                      and (mask.ndim == 2 or mask.shape[0] in (1, b))))):
+            k4, v4 = np.ascontiguousarray(k4), np.ascontiguousarray(v4)
+            out = np.empty((b, h, s, dv), np.float32)
+            mb = 1 if mask is None or mask.ndim == 2 else mask.shape[0]
+            ms = 1 if mask is None else mask.shape[-2]
+            if self.native.attention_small(  # ATTENTION_PATHS["native_small"]
+                    np.ascontiguousarray(q4), k4, v4, None if mask is None else np.ascontiguousarray(mask), out,
+                    (b, kvh, rep * s, s, t, d, dv, mb, ms), (0 if past_k is None else past_k.shape[2])
+                    if self.causal else -1, float(scale)):
+                if three_d:
+                    out = out.transpose(0, 2, 1, 3).reshape(b, s, h * dv)
+                return [out, k4, v4]
         if GROUPED_ROWS_ENABLED and self._grouped_rows_apply(mask, q.dtype):
             out = self._grouped_rows(q4, k4, v4, mask, scale, rep, 0 if past_k is None else past_k.shape[2])
             if three_d:
@@ -228,6 +289,7 @@ class RotaryEmbedding(Kernel):
         self.interleaved = bool(node.attr("interleaved", 0))
         self.heads = int(node.attr("num_heads", 0))
         self.rotary_dim = int(node.attr("rotary_embedding_dim", 0))
+        self.native = native_module() if NATIVE_ROTARY_ENABLED else None
 
     def compute(self, inputs: list) -> list:
         x, cos, sin = inputs[:3]
@@ -246,6 +308,8 @@ class RotaryEmbedding(Kernel):
         if cos.shape != sin.shape or cos.shape[-1] * 2 != rdim or rdim > h:
             raise InvalidArgument(f"{self.what}: cos_cache {list(cos.shape)} and sin_cache {list(sin.shape)} for a "
                                   f"rotary dim of {rdim} (head size {h}); both caches need {rdim // 2} values a row.")
+        if self.native is not None and self._native_rows_apply(x, cos, sin, pos, b, s):
+            return [self._native_rows(x, cos, sin, pos, b, s, h, rdim)]
         if pos is not None:
             if pos.size and (pos.min() < 0 or pos.max() >= cos.shape[0]):
                 raise InvalidArgument(f"{self.what}: position {int(pos.max())} is outside the {cos.shape[0]} rows "
@@ -262,3 +326,29 @@ class RotaryEmbedding(Kernel):
         if x.ndim == 3:
             out = out.transpose(0, 2, 1, 3).reshape(x.shape)
         return [out]
+
+    @staticmethod
+    def _native_rows_apply(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pos: np.ndarray | None, b: int,
+                           s: int) -> bool:
+        """ROTARY_PATHS["native_rows"]'s condition on the inputs."""
+        if not (x.dtype == cos.dtype == sin.dtype == _F32 and cos.flags.c_contiguous and sin.flags.c_contiguous
+                and x.size and (x.flags.c_contiguous or _steps_first(x))):
+            return False
+        if pos is None:
+            return cos.ndim == 3 and cos.shape[1] == s and cos.shape[0] in (1, b)
+        return (pos.dtype == np.int64 and pos.ndim == 2 and pos.shape[1] == s and pos.shape[0] in (1, b)
+                and pos.flags.c_contiguous and cos.ndim == 2 and cos.shape[0] > 0)
+
+    def _native_rows(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pos: np.ndarray | None, b: int, s: int,
+                     h: int, rdim: int) -> np.ndarray:
+        out = np.empty(x.shape, _F32)
+        n = x.shape[1] if x.ndim == 4 else self.heads
+        rows = cos.shape[0] if pos is not None else cos.shape[0] * s
+        x_heads_first = x.ndim == 4 and x.flags.c_contiguous
+        bad = self.native.rotary(x if x.flags.c_contiguous else x.transpose(0, 2, 1, 3), cos, sin, pos, out,
+                                 (b, n, s, h, rdim // 2, rows, cos.shape[0], 0 if pos is None else pos.shape[0]),
+                                 x_heads_first, x.ndim == 4, self.interleaved)  # ROTARY_PATHS["native_rows"]
+        if bad >= 0:
+            raise InvalidArgument(f"{self.what}: position {int(pos.flat[bad])} is outside the {cos.shape[0]} rows "
+                                  "of cos_cache; extend the caches.")
+        return out

@@ -1,16 +1,40 @@
 """GroupNormalization (opsets 18 and 21) and RMSNormalization (opset 23), which onnx.reference ran:
 statistics in the stash type (float32 unless stash_type says otherwise), one reshape and a few
-reductions each."""
+reductions each. ``rms_norm`` is RMSNormalization's computation, shared with com.microsoft's
+SimplifiedLayerNormalization; its C row kernel is a registered path (``RMS_NORM_PATHS``)."""
 
 from __future__ import annotations
 
 import math
+from types import ModuleType
 
 import numpy as np
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
 from onnxhal.hal.errors import InvalidArgument
+from onnxhal.runtime.providers.cpu.kernels.native_kernels import native_module
 from onnxhal.runtime.providers.cpu.kernels.registry import register
+from onnxhal.runtime.providers.path_tables import path_table
+
+_F32 = np.dtype(np.float32)
+
+#: ``rms_norm``'s other ways to run, against its numpy form.
+RMS_NORM_PATHS = path_table("rms_group_norm.rms_norm", "the numpy passes in the stash type: sum of squares, "
+                                                       "mean, epsilon, square root, reciprocal, product, scale")
+RMS_NORM_PATHS.add("native_rows", "a float32 input, C-contiguous, not empty; a float32 C-contiguous scale of the "
+                                  "normalized axes' shape (or its trailing axes, as many values); the C extension "
+                                  "_native built, ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_RMS_NORM_ENABLED (both "
+                                  "read when the kernel is built: ``rms_native``): _native.rms_norm, each row's sum of squares in float64 (more "
+                                  "exact than a float32 stash, the float64 stash's own arithmetic), the product "
+                                  "by the scale in float32; one call where numpy makes about nine")
+#: The switch of ``RMS_NORM_PATHS["native_rows"]``: False keeps the numpy form.
+NATIVE_RMS_NORM_ENABLED = True
+
+
+def rms_native() -> ModuleType | None:
+    """The C module ``rms_norm`` is to use, for a kernel being built: None where the extension is
+    off or missing or ``NATIVE_RMS_NORM_ENABLED`` is False (the numpy form)."""
+    return native_module() if NATIVE_RMS_NORM_ENABLED else None
 
 
 def _stash(node: Node) -> np.dtype:
@@ -50,6 +74,37 @@ class GroupNormalization(Kernel):
         return [(y * scale.reshape(shape) + bias.reshape(shape)).astype(x.dtype, copy=False)]
 
 
+def rms_norm(x: np.ndarray, scale: np.ndarray, axis: int, epsilon: float, stash: np.dtype,
+             native: ModuleType | None, want_inv: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """x / sqrt(mean(x^2 over the axes from ``axis``, in ``stash``) + epsilon) * scale, in x's
+    dtype, and (``want_inv``) the rows' 1 / rms in ``stash`` of x's rank with the normalized axes
+    1 (else None). ``axis`` is within x's rank (non-negative). ``native``: ``rms_native()`` as the
+    calling kernel read it when it was built (None: the numpy form)."""
+    n = math.prod(x.shape[axis:])
+    if (native is not None and x.dtype == _F32 and x.size and x.flags.c_contiguous and scale.dtype == _F32
+            and (not want_inv or stash == _F32) and scale.size == n and scale.shape == x.shape[x.ndim - scale.ndim:] and scale.flags.c_contiguous):
+        y = np.empty(x.shape, _F32)
+        inv = np.empty(x.shape[:axis] + (1,) * (x.ndim - axis), _F32) if want_inv else None
+        native.rms_norm(x, scale, y, inv, epsilon)  # RMS_NORM_PATHS["native_rows"]
+        return y, inv
+    xs = x.astype(stash, copy=False)
+    axes = tuple(range(axis, x.ndim))
+    # mean, sqrt and reciprocal in place on the row statistics, ufunc.reduce rather than
+    # ndarray.mean (whose wrapper costs more than a small row's pass); the same operations and
+    # roundings as 1 / sqrt(mean(x^2) + eps)
+    inv = np.add.reduce(np.square(xs), axis=axes, keepdims=True)
+    inv /= stash.type(n or 1)
+    inv += stash.type(epsilon)
+    np.sqrt(inv, out=inv)
+    np.divide(1, inv, out=inv)
+    y = (xs * inv).astype(x.dtype, copy=False)
+    if scale.dtype == y.dtype and scale.ndim <= y.ndim and scale.shape == y.shape[y.ndim - scale.ndim:]:
+        y *= scale
+    else:
+        y = (y * scale).astype(x.dtype, copy=False)
+    return y, inv if want_inv else None
+
+
 @register("RMSNormalization", since=23)
 class RMSNormalization(Kernel):
     """x / sqrt(mean(x^2 over the axes from ``axis``) + epsilon) * scale."""
@@ -59,6 +114,7 @@ class RMSNormalization(Kernel):
         self.epsilon = float(node.attr("epsilon", 1e-5))
         self.stash = _stash(node)
         self.name = node.name
+        self.native = rms_native()
 
     def compute(self, inputs: list) -> list:
         x, scale = inputs[0], inputs[1]
@@ -67,18 +123,4 @@ class RMSNormalization(Kernel):
             raise InvalidArgument(f"RMSNormalization node {self.name!r}: axis {self.axis} for an input of rank "
                                   f"{x.ndim}.")
         stash = np.dtype(np.float64) if x.dtype == np.float64 else self.stash  # onnxruntime: doubles in double
-        xs = x.astype(stash, copy=False)
-        axes = tuple(range(axis, x.ndim))
-        # mean, sqrt and reciprocal in place on the row statistics, ufunc.reduce rather than
-        # ndarray.mean (whose wrapper costs more than a small row's pass): Gemma 3 runs 13 of these
-        # on [1, 12, 32]; the same operations and roundings as 1 / sqrt(mean(x^2) + eps)
-        inv = np.add.reduce(np.square(xs), axis=axes, keepdims=True)
-        inv /= stash.type(math.prod(x.shape[axis:]) or 1)
-        inv += stash.type(self.epsilon)
-        np.sqrt(inv, out=inv)
-        np.divide(1, inv, out=inv)
-        y = (xs * inv).astype(x.dtype, copy=False)
-        if scale.dtype == y.dtype and scale.ndim <= y.ndim and scale.shape == y.shape[y.ndim - scale.ndim:]:
-            y *= scale
-            return [y]
-        return [(y * scale).astype(x.dtype, copy=False)]
+        return [rms_norm(x, scale, axis, self.epsilon, stash, self.native)[0]]

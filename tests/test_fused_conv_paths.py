@@ -929,3 +929,35 @@ def test_shifted_bounds():
     assert ok((-(-lo // 9), 3, 3), (8, 8), (1, 1), (1, 1)) and not ok((lo // 9 - 1, 3, 3), (8, 8), (1, 1), (1, 1))
     assert ok((64, 3, 3), (1, least), (1, 1), (1, 1)) and not ok((64, 3, 3), (1, least - 1), (1, 1), (1, 1))
     assert ok((64, 3, 3), (1, most), (1, 1), (1, 1)) and not ok((64, 3, 3), (1, most + 1), (1, 1), (1, 1))
+
+
+def test_small_planes_leave_rows_to_channels(monkeypatch):
+    """Unit-stride depthwise layers under NATIVE_ROWS_MIN_OUTPUTS outputs a plane take
+    depthwise_native_channels, larger ones depthwise_native_rows, and with the channels path off
+    the small ones keep the rows; every route equal bit for bit (the same products in the same
+    order as direct_conv); ROWS_YIELD_SMALL_PLANES off keeps them on the rows."""
+    native = native_module()
+    if native is None or not hasattr(native, "depthwise_unit") or not hasattr(native, "depthwise_channels"):
+        pytest.skip("the optional extension _native was not built with its depthwise kernels")
+    rng = np.random.default_rng(45)
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", True)
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ROWS_ENABLED", True)
+    for hw, k, c in [((2, 2), 3, 288), ((3, 3), 3, 40), ((4, 4), 5, 24), ((2, 3), 3, 17)]:
+        a = _attrs({"group": c, "pads": [k // 2] * 4}, (c, 1, k, k))
+        feeds = [rng.standard_normal((2, c) + hw).astype(np.float32), rng.standard_normal((c, 1, k, k)).astype(
+            np.float32), rng.standard_normal(c).astype(np.float32), None]
+        outs = {}
+        for channels in (True, False):
+            monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_CHANNELS_ENABLED", channels)
+            kernel = fused_kernel((c, 1, k, k), a, True, False, "Relu", [])
+            outs[channels] = kernel.compute(feeds)[0]
+            small = hw[0] * hw[1] < fused_conv.NATIVE_ROWS_MIN_OUTPUTS
+            want = fused_conv.DEPTHWISE_NATIVE_CHANNELS if channels and small else fused_conv.DEPTHWISE_NATIVE_ROWS
+            assert kernel.last_path == want, (hw, channels)
+        np.testing.assert_array_equal(outs[True], outs[False])
+        monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_CHANNELS_ENABLED", True)
+        monkeypatch.setattr(fused_conv, "ROWS_YIELD_SMALL_PLANES", False)
+        kernel = fused_kernel((c, 1, k, k), a, True, False, "Relu", [])
+        np.testing.assert_array_equal(kernel.compute(feeds)[0], outs[True])
+        assert kernel.last_path == fused_conv.DEPTHWISE_NATIVE_ROWS
+        monkeypatch.setattr(fused_conv, "ROWS_YIELD_SMALL_PLANES", True)

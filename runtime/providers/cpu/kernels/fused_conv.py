@@ -131,7 +131,10 @@ DIRECT_NATIVE_SHIFTED = _path("direct_native_shifted", "ungrouped, more than one
                                                        "outputs, split between the workers as direct_native_few")
 DEPTHWISE_NATIVE_ROWS = _path("depthwise_native_rows", "depthwise at unit strides and dilations with a kernel of "
                                                        "NATIVE_ROWS_KERNEL_HEIGHTS rows, every tap reaching the input "
-                                                       "for some output, at least NATIVE_DEPTHWISE_MIN_OUTPUTS "
+                                                       "for some output, at least NATIVE_ROWS_MIN_OUTPUTS (16) "
+                                                       "outputs a plane where depthwise_native_channels and "
+                                                       "ROWS_YIELD_SMALL_PLANES are on, "
+                                                       "at least NATIVE_DEPTHWISE_MIN_OUTPUTS "
                                                        "outputs a plane, _native.depthwise_unit built, "
                                                        "ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_DEPTHWISE_ENABLED and "
                                                        "NATIVE_DEPTHWISE_ROWS_ENABLED (ahead of depthwise_native): "
@@ -244,6 +247,17 @@ NATIVE_CHANNELS_MAX_OUTPUTS = 36
 NATIVE_CHANNELS_MIN_OUTPUTS = 4
 #: The kernel heights _native.depthwise_unit is built for (each unrolled over the rows of a block).
 NATIVE_ROWS_KERNEL_HEIGHTS = (3, 5, 7)
+#: The fewest outputs a plane ``DEPTHWISE_NATIVE_ROWS`` takes; smaller planes go to
+#: ``DEPTHWISE_NATIVE_CHANNELS`` (where it is on and they have at least NATIVE_CHANNELS_MIN_OUTPUTS).
+#: depthwise_unit's blocks of output rows hold one row or two there, so its per-channel work is
+#: mostly the call's setup; depthwise_channels sums eight vectors of channels an output. The C
+#: calls alone, one thread, CPU time alternating, depthwise_channels against depthwise_unit
+#: (float32, bias, Relu; load 8): 288 3x3 at 2x2 0.52, 576 3x3 at 2x2 0.49, 96 3x3 at 3x3 0.81; at
+#: 4x4 0.85-1.09 (144 and 240 channels gain, 16-96 lose), 5x5 and 6x6 1.25-1.49: hence under 4x4.
+NATIVE_ROWS_MIN_OUTPUTS = 16
+#: The switch of that bound (read when a layer's path is chosen): False keeps every plane
+#: depthwise_unit takes on it, as before.
+ROWS_YIELD_SMALL_PLANES = True
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # the types _native.direct_conv takes
 #: The fewest outputs per plane (oh x ow) the C route takes: with one, its per-call setup and the
 #: whole tile of sums it computes per channel outweigh the gather's one product per channel, which
@@ -712,6 +726,9 @@ class FusedConv(FusedBase):
         # The conditions of CONV_PATHS, in order; "general" is im2col, whose layout ``_im2col`` picks.
         if self.group == c == m and cg == 1 and self._native_depthwise and oh * ow >= NATIVE_DEPTHWISE_MIN_OUTPUTS:
             if (NATIVE_DEPTHWISE_ROWS_ENABLED and hasattr(self._native, "depthwise_unit")
+                    and (oh * ow >= NATIVE_ROWS_MIN_OUTPUTS or not ROWS_YIELD_SMALL_PLANES
+                         or not NATIVE_DEPTHWISE_CHANNELS_ENABLED
+                         or not hasattr(self._native, "depthwise_channels"))
                     and unit_rows_apply((h, wd), (kh, kw), (top, left), (oh, ow), (sh, sw), (dh, dw))):
                 return pads, oh, ow, DEPTHWISE_NATIVE_ROWS, None
             if (NATIVE_DEPTHWISE_CHANNELS_ENABLED and hasattr(self._native, "depthwise_channels")

@@ -1513,16 +1513,22 @@ typedef double sc_vd __attribute__((vector_size(64), aligned(8)));
     }                                                                                                       \
   }
 SC_BLOCK(sc_float_4x6, float, sc_vf, 4, 6)
+SC_BLOCK(sc_float_4x4, float, sc_vf, 4, 4)
 SC_BLOCK(sc_float_4x1, float, sc_vf, 4, 1)
 SC_BLOCK(sc_float_2x12, float, sc_vf, 2, 12)
+SC_BLOCK(sc_float_2x4, float, sc_vf, 2, 4)
 SC_BLOCK(sc_float_2x1, float, sc_vf, 2, 1)
 SC_BLOCK(sc_float_1x24, float, sc_vf, 1, 24)
+SC_BLOCK(sc_float_1x4, float, sc_vf, 1, 4)
 SC_BLOCK(sc_float_1x1, float, sc_vf, 1, 1)
 SC_BLOCK(sc_double_4x6, double, sc_vd, 4, 6)
+SC_BLOCK(sc_double_4x4, double, sc_vd, 4, 4)
 SC_BLOCK(sc_double_4x1, double, sc_vd, 4, 1)
 SC_BLOCK(sc_double_2x12, double, sc_vd, 2, 12)
+SC_BLOCK(sc_double_2x4, double, sc_vd, 2, 4)
 SC_BLOCK(sc_double_2x1, double, sc_vd, 2, 1)
 SC_BLOCK(sc_double_1x24, double, sc_vd, 1, 24)
+SC_BLOCK(sc_double_1x4, double, sc_vd, 1, 4)
 SC_BLOCK(sc_double_1x1, double, sc_vd, 1, 1)
 /* the vectors of the plane a tile spans: 4, or 2 where those tiles sum fewer cells (a 12x12 plane:
  * 10 vectors, where tiles of 4 would sum 12), 1 on planes of one vector. Blocks of 24 channels
@@ -1532,7 +1538,7 @@ static inline Py_ssize_t sc_vectors(Py_ssize_t plane, Py_ssize_t lanes) {
   if (plane <= lanes) return 1;
   return (plane + 2 * lanes - 1) / (2 * lanes) * 2 < (plane + 4 * lanes - 1) / (4 * lanes) * 4 ? 2 : 4;
 }
-#define SHIFTED_CONV(NAME, T, B4W, B4N, B2W, B2N, B1W, B1N)                                                  \
+#define SHIFTED_CONV(NAME, T, B4W, B4Q, B4N, B2W, B2Q, B2N, B1W, B1Q, B1N)                                   \
   static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,              \
                                  T *RESTRICT y, T *RESTRICT s, T *RESTRICT acc, T *RESTRICT pks,            \
                                  const Py_ssize_t *tap, const Py_ssize_t *wix, Py_ssize_t live,             \
@@ -1542,9 +1548,10 @@ static inline Py_ssize_t sc_vectors(Py_ssize_t plane, Py_ssize_t lanes) {
     Py_ssize_t plane = oh * ow, hv = oh + kh - 1, block = kw * hv * ow, taps = kh * kw;                     \
     Py_ssize_t nv = sc_vectors(plane, SC_LANES(T)), mb = nv == 4 ? 6 : nv == 2 ? 12 : 24;                             \
     /* the weights per block of output channels, tap-major then channel within the block, as the */      \
-    /* blocks read them (the last m % mb channels one at a time) */                                         \
+    /* blocks read them (the last m % mb channels in blocks of 4, then one at a time: a lone */            \
+    /* channel's sums over one vector are one chain of dependent multiply-adds) */                       \
     for (Py_ssize_t mo = 0; mo < m;) {                                                                      \
-      Py_ssize_t cur = m - mo >= mb ? mb : 1, ct = c * taps;                                                \
+      Py_ssize_t cur = m - mo >= mb ? mb : m - mo >= 4 ? 4 : 1, ct = c * taps;                                                \
       T *RESTRICT pk = pks + mo * c * live;                                                                 \
       for (Py_ssize_t o = 0; o < cur; o++)                                                                  \
         for (Py_ssize_t cc = 0; cc < c; cc++)                                                               \
@@ -1567,25 +1574,25 @@ static inline Py_ssize_t sc_vectors(Py_ssize_t plane, Py_ssize_t lanes) {
         }                                                                                                   \
       }                                                                                                     \
       for (Py_ssize_t mo = 0; mo < m;) {                                                                    \
-        Py_ssize_t cur = m - mo >= mb ? mb : 1;                                                             \
+        Py_ssize_t cur = m - mo >= mb ? mb : m - mo >= 4 ? 4 : 1;                                                             \
         const T *RESTRICT pk = pks + mo * c * live; /* this block's weights, packed once per call */        \
         const T *bo = b ? b + mo : NULL;                                                                    \
         if (nv == 4)                                                                                        \
-          { if (cur == mb) B4W(s, pk, bo, acc, tap, live, c, block, plane, pitch); else B4N(s, pk, bo, acc, tap, live, c, block, plane, pitch); }                       \
+          { if (cur == mb) B4W(s, pk, bo, acc, tap, live, c, block, plane, pitch); else if (cur == 4) B4Q(s, pk, bo, acc, tap, live, c, block, plane, pitch); else B4N(s, pk, bo, acc, tap, live, c, block, plane, pitch); }                       \
         else if (nv == 2)                                                                                   \
-          { if (cur == mb) B2W(s, pk, bo, acc, tap, live, c, block, plane, pitch); else B2N(s, pk, bo, acc, tap, live, c, block, plane, pitch); }                       \
+          { if (cur == mb) B2W(s, pk, bo, acc, tap, live, c, block, plane, pitch); else if (cur == 4) B2Q(s, pk, bo, acc, tap, live, c, block, plane, pitch); else B2N(s, pk, bo, acc, tap, live, c, block, plane, pitch); }                       \
         else                                                                                                \
-          { if (cur == mb) B1W(s, pk, bo, acc, tap, live, c, block, plane, pitch); else B1N(s, pk, bo, acc, tap, live, c, block, plane, pitch); }                       \
+          { if (cur == mb) B1W(s, pk, bo, acc, tap, live, c, block, plane, pitch); else if (cur == 4) B1Q(s, pk, bo, acc, tap, live, c, block, plane, pitch); else B1N(s, pk, bo, acc, tap, live, c, block, plane, pitch); }                       \
         for (Py_ssize_t o = 0; o < cur; o++)                                                                \
           DC_STORE(T, y + (img * m + mo + o) * plane, acc + o * pitch, plane, act, p0, p1);                 \
         mo += cur;                                                                                          \
       }                                                                                                     \
     }                                                                                                       \
   }
-SHIFTED_CONV(shifted_conv_float, float, sc_float_4x6, sc_float_4x1, sc_float_2x12, sc_float_2x1, sc_float_1x24,
-             sc_float_1x1)
-SHIFTED_CONV(shifted_conv_double, double, sc_double_4x6, sc_double_4x1, sc_double_2x12, sc_double_2x1,
-             sc_double_1x24, sc_double_1x1)
+SHIFTED_CONV(shifted_conv_float, float, sc_float_4x6, sc_float_4x4, sc_float_4x1, sc_float_2x12, sc_float_2x4,
+             sc_float_2x1, sc_float_1x24, sc_float_1x4, sc_float_1x1)
+SHIFTED_CONV(shifted_conv_double, double, sc_double_4x6, sc_double_4x4, sc_double_4x1, sc_double_2x12,
+             sc_double_2x4, sc_double_2x1, sc_double_1x24, sc_double_1x4, sc_double_1x1)
 
 /* shifted_conv(x, w, b, y, pads[, act, p0, p1]): direct_conv's arguments for an ungrouped
  * convolution at unit strides and dilations: x [N, C, H, W], w [M, C, KH, KW], b [M] or None, y

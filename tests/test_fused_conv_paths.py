@@ -95,6 +95,10 @@ CASES = [
     ("direct_native_few", (2, 16, 33, 32), (9, 16, 3, 3), {"pads": [1, 0, 1, 1], "strides": [2, 2]}),
     ("direct_native_few", (1, 64, 18, 18), (4, 64, 3, 3), {}),
     ("direct_native_few", (2, 32, 8, 8), (12, 32, 3, 3), {"pads": [1, 1, 1, 1]}),  # blocks of 8 on a small plane
+    ("direct_native_shifted", (2, 64, 8, 8), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}),  # VGG's 8x8 layers
+    ("direct_native_shifted", (1, 32, 8, 8), (13, 32, 3, 3), {"pads": [1, 1, 1, 1]}),  # a block of 6 and single channels
+    ("direct_native_shifted", (1, 24, 11, 9), (14, 24, 3, 2), {"pads": [0, 1, 2, 0]}),  # asymmetric pads, 3x2
+    ("direct_native_shifted", (2, 16, 10, 10), (7, 16, 3, 3), {}),  # no padding: tiles of 2 vectors
     # long sums over a plane of 1024 (the C kernel's blocks of 6 channels, then one of 4)
     ("direct_native_few", (1, 16, 32, 30), (10, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("pointwise", (2, 16, 9, 7), (24, 16, 1, 1), {}),
@@ -161,7 +165,7 @@ def _depthwise_route(request, monkeypatch):
     channels = bool(case) and case[0] == fused_conv.DEPTHWISE_NATIVE_CHANNELS
     native = rows or channels or bool(case) and case[0] in (fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE,
                                                             fused_conv.DIRECT_NATIVE_FEW, fused_conv.POINTWISE_NATIVE,
-                                                            fused_conv.IM2COL_NATIVE)
+                                                            fused_conv.IM2COL_NATIVE, fused_conv.DIRECT_NATIVE_SHIFTED)
     if native and native_module() is None:
         pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
     if rows and not hasattr(native_module(), "depthwise_unit"):
@@ -180,6 +184,8 @@ def _depthwise_route(request, monkeypatch):
     monkeypatch.setattr(fused_conv, "NATIVE_DIRECT_ENABLED", native)
     monkeypatch.setattr(fused_conv, "NATIVE_POINTWISE_ENABLED", native)
     monkeypatch.setattr(fused_conv, "NATIVE_SMALL_ENABLED", bool(case) and case[0] == fused_conv.IM2COL_NATIVE)
+    # the direct_native_few cases on small planes reach direct_conv, not shifted_conv
+    monkeypatch.setattr(fused_conv, "NATIVE_SHIFTED_ENABLED", bool(case) and case[0] == fused_conv.DIRECT_NATIVE_SHIFTED)
     # the depthwise_native cases at unit stride reach direct_conv, not the row blocks ahead of it
     monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ROWS_ENABLED", rows)
     # and the small-plane depthwise_native cases reach direct_conv, not depthwise_channels
@@ -865,3 +871,93 @@ def test_depthwise_channels_matches_direct_conv(monkeypatch, dtype):
         kernel.compute([rng.standard_normal((1, 144, 4, 4)).astype(dtype), rng.standard_normal((144, 1, 5, 5)).astype(
             dtype), rng.standard_normal(144).astype(dtype), None])
         assert kernel.last_path == path
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_shifted_conv_matches_direct_conv(monkeypatch, dtype):
+    """_native.shifted_conv sums the same products in the same order as direct_conv (bias, then
+    each channel's live taps row-major): equal bit for bit over kernel shapes, pads (none,
+    asymmetric, wider than the kernel reaches), planes of one, two and four vectors a tile,
+    channels past the blocks, with and without bias and activation; its argument checks; and its
+    switch leaving the layer to direct_native_few."""
+    native = native_module()
+    if native is None or not hasattr(native, "shifted_conv"):
+        pytest.skip("the optional extension _native was not built (or ONNXHAL_NATIVE_KERNELS is 0)")
+    rng = np.random.default_rng(44)
+    cases = [((2, 64, 8, 8), (64, 3, 3), (1, 1, 1, 1)), ((1, 9, 4, 4), (25, 3, 3), (1, 1, 1, 1)),
+             ((1, 7, 12, 13), (8, 5, 5), (2, 1, 2, 3)), ((1, 5, 6, 6), (3, 3, 2), (0, 0, 0, 0)),
+             ((2, 3, 5, 7), (31, 3, 3), (3, 0, 1, 2)), ((1, 4, 1, 20), (6, 1, 3), (0, 1, 0, 1))]
+    for x_shape, (m, kh, kw), pads in cases:
+        x = rng.standard_normal(x_shape).astype(dtype)
+        w = rng.standard_normal((m, x_shape[1], kh, kw)).astype(dtype)
+        b = rng.standard_normal(m).astype(dtype)
+        out = _out_shape(x_shape, w.shape, _attrs({"pads": list(pads)}, w.shape))
+        for bias, act in [(b, ()), (None, ()), (b, (1, 0.0, np.inf)), (b, (2, 1 / 6, 0.5))]:
+            want, got = np.empty(out, dtype), np.empty(out, dtype)
+            native.direct_conv(x, w, bias, want, (1, 1), pads[:2], (1, 1), 1, *act)
+            native.shifted_conv(x, w, bias, got, pads[:2], *act)
+            np.testing.assert_array_equal(got, want)
+    x = rng.standard_normal((1, 12, 4, 4))
+    y = np.empty((1, 8, 4, 4))
+    with pytest.raises(ValueError):  # mixed types
+        native.shifted_conv(x, np.zeros((8, 12, 3, 3), np.float32), None, y, (1, 1))
+    with pytest.raises(ValueError):  # weights of another channel count
+        native.shifted_conv(x, np.zeros((8, 6, 3, 3)), None, y, (1, 1))
+    with pytest.raises(ValueError):  # a negative pad
+        native.shifted_conv(x, np.zeros((8, 12, 3, 3)), None, y, (-1, 1))
+    with pytest.raises(ValueError):  # an unknown activation
+        native.shifted_conv(x, np.zeros((8, 12, 3, 3)), None, y, (1, 1), 7, 0.0, 0.0)
+    a = _attrs({"pads": [1, 1, 1, 1]}, (64, 64, 3, 3))
+    for enabled, path in [(True, fused_conv.DIRECT_NATIVE_SHIFTED), (False, fused_conv.DIRECT_NATIVE_FEW)]:
+        monkeypatch.setattr(fused_conv, "NATIVE_DIRECT_ENABLED", True)
+        monkeypatch.setattr(fused_conv, "NATIVE_SHIFTED_ENABLED", enabled)
+        kernel = fused_kernel((64, 64, 3, 3), a, True, False, "Relu", [])
+        kernel.compute([rng.standard_normal((1, 64, 8, 8)).astype(dtype),
+                        rng.standard_normal((64, 64, 3, 3)).astype(dtype), rng.standard_normal(64).astype(dtype), None])
+        assert kernel.last_path == path
+
+
+def test_shifted_bounds():
+    """direct_native_shifted's condition at its bounds: unit strides and dilations, more than one
+    tap, the products an output and the outputs a plane."""
+    ok, lo, hi = fused_conv.shifted_applies, fused_conv.NATIVE_SHIFTED_MIN_SUMS, fused_conv.NATIVE_SHIFTED_MAX_SUMS
+    least, most = fused_conv.NATIVE_SHIFTED_MIN_OUTPUTS, fused_conv.NATIVE_SHIFTED_MAX_OUTPUTS
+    assert ok((64, 3, 3), (8, 8), (1, 1), (1, 1))
+    assert not ok((64, 3, 3), (8, 8), (2, 2), (1, 1)) and not ok((64, 3, 3), (8, 8), (1, 1), (1, 2))
+    assert not ok((hi, 1, 1), (8, 8), (1, 1), (1, 1))
+    assert ok((hi // 9, 3, 3), (8, 8), (1, 1), (1, 1)) and not ok((hi // 9 + 1, 3, 3), (8, 8), (1, 1), (1, 1))
+    assert ok((-(-lo // 9), 3, 3), (8, 8), (1, 1), (1, 1)) and not ok((lo // 9 - 1, 3, 3), (8, 8), (1, 1), (1, 1))
+    assert ok((64, 3, 3), (1, least), (1, 1), (1, 1)) and not ok((64, 3, 3), (1, least - 1), (1, 1), (1, 1))
+    assert ok((64, 3, 3), (1, most), (1, 1), (1, 1)) and not ok((64, 3, 3), (1, most + 1), (1, 1), (1, 1))
+
+
+def test_small_planes_leave_rows_to_channels(monkeypatch):
+    """Unit-stride depthwise layers under NATIVE_ROWS_MIN_OUTPUTS outputs a plane take
+    depthwise_native_channels, larger ones depthwise_native_rows, and with the channels path off
+    the small ones keep the rows; every route equal bit for bit (the same products in the same
+    order as direct_conv); ROWS_YIELD_SMALL_PLANES off keeps them on the rows."""
+    native = native_module()
+    if native is None or not hasattr(native, "depthwise_unit") or not hasattr(native, "depthwise_channels"):
+        pytest.skip("the optional extension _native was not built with its depthwise kernels")
+    rng = np.random.default_rng(45)
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", True)
+    monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ROWS_ENABLED", True)
+    for hw, k, c in [((2, 2), 3, 288), ((3, 3), 3, 40), ((4, 4), 5, 24), ((2, 3), 3, 17)]:
+        a = _attrs({"group": c, "pads": [k // 2] * 4}, (c, 1, k, k))
+        feeds = [rng.standard_normal((2, c) + hw).astype(np.float32), rng.standard_normal((c, 1, k, k)).astype(
+            np.float32), rng.standard_normal(c).astype(np.float32), None]
+        outs = {}
+        for channels in (True, False):
+            monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_CHANNELS_ENABLED", channels)
+            kernel = fused_kernel((c, 1, k, k), a, True, False, "Relu", [])
+            outs[channels] = kernel.compute(feeds)[0]
+            small = hw[0] * hw[1] < fused_conv.NATIVE_ROWS_MIN_OUTPUTS
+            want = fused_conv.DEPTHWISE_NATIVE_CHANNELS if channels and small else fused_conv.DEPTHWISE_NATIVE_ROWS
+            assert kernel.last_path == want, (hw, channels)
+        np.testing.assert_array_equal(outs[True], outs[False])
+        monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_CHANNELS_ENABLED", True)
+        monkeypatch.setattr(fused_conv, "ROWS_YIELD_SMALL_PLANES", False)
+        kernel = fused_kernel((c, 1, k, k), a, True, False, "Relu", [])
+        np.testing.assert_array_equal(kernel.compute(feeds)[0], outs[True])
+        assert kernel.last_path == fused_conv.DEPTHWISE_NATIVE_ROWS
+        monkeypatch.setattr(fused_conv, "ROWS_YIELD_SMALL_PLANES", True)

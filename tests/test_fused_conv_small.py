@@ -95,13 +95,14 @@ CASES = [
 def test_small_fused_convs_match_onnxruntime(monkeypatch, x_shape, w_shape, attrs, bias, native):
     """With the C routes switched off every small layer gathers; with them on (where built), small
     depthwise ones of at least NATIVE_DEPTHWISE_MIN_OUTPUTS outputs a plane take the depthwise one,
-    ungrouped 3x3 ones of at least NATIVE_FEW_MIN_OUTPUTS (ResNet's at 8x8) direct_native_few, and
+    ungrouped 3x3 ones of at least NATIVE_FEW_MIN_OUTPUTS direct_native_few (ResNet's at 8x8, unit
+    stride, direct_native_shifted), and
     ungrouped ones of at most NATIVE_SMALL_MAX_OUTPUTS (ResNet's at 4x4) im2col_native."""
     monkeypatch.setattr(fused_conv, "NATIVE_DEPTHWISE_ENABLED", native)
     monkeypatch.setattr(fused_conv, "NATIVE_DIRECT_ENABLED", native)
     monkeypatch.setattr(fused_conv, "NATIVE_SMALL_ENABLED", native)
-    taken = (("gather", fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE_FEW, fused_conv.IM2COL_NATIVE)
-             if native else ("gather",))
+    taken = (("gather", fused_conv.DEPTHWISE_NATIVE, fused_conv.DIRECT_NATIVE_FEW, fused_conv.IM2COL_NATIVE,
+              fused_conv.DIRECT_NATIVE_SHIFTED) if native else ("gather",))
     for residual, act in ((False, None), (True, "Relu"), (False, "Clip")):
         model, y_shape = conv_model(x_shape, w_shape, attrs, bias=bias, residual=residual, act=act)
         sess = hal_session(model)

@@ -1472,6 +1472,213 @@ done:
   return result;
 }
 
+/* shifted_conv: an ungrouped unit-stride, undilated convolution over small planes (fused_conv.py's
+ * direct_native_shifted). direct_conv's layout keeps the padding columns in every row, so on an
+ * 8x8 output its tiles sum 96 cells for 64 outputs (10 columns a row, tiles of 32). Here each
+ * input channel is laid out as kw copies of its padded rows, copy j shifted left by j columns and
+ * only ow wide (the cells a shift moves past a row's end are the padding's zeros): tap (i, j) reads
+ * copy j from row i on, and every output position of the plane is one contiguous run, so a tile of
+ * SC_LANES(T) x nv cells sums only outputs (the last tile's cells past the plane are dropped). A
+ * block of mb output channels x nv vectors of the plane is summed in registers (24 AVX-512
+ * accumulators: 6 x 4, 12 x 2 or 24 x 1, as MLAS's SGEMM kernels hold a block of C), each input
+ * vector loaded feeding mb sums and each weight broadcast feeding nv. Per output: the bias, then
+ * the channels in order, each one's live taps in row-major order, as direct_conv; the rows of the
+ * output plane are the accumulator's (no padding columns to drop). */
+#define SC_LANES(T) ((Py_ssize_t)(64 / sizeof(T))) /* one AVX-512 vector */
+typedef float sc_vf __attribute__((vector_size(64), aligned(4)));
+typedef double sc_vd __attribute__((vector_size(64), aligned(8)));
+#define SC_UNROLL _Pragma("GCC unroll 32")
+#define SC_BLOCK(NAME, T, V, NV, MB)                                                                         \
+  static inline ALWAYS_INLINE void NAME(const T *RESTRICT s, const T *RESTRICT pk, const T *RESTRICT b,      \
+                                        T *RESTRICT acc, const Py_ssize_t *tap, Py_ssize_t live,             \
+                                        Py_ssize_t cg, Py_ssize_t block, Py_ssize_t plane, Py_ssize_t pitch) { \
+    for (Py_ssize_t k0 = 0; k0 < plane; k0 += (NV) * SC_LANES(T)) {                                         \
+      V a[MB][NV];                                                                                          \
+      SC_UNROLL for (int o = 0; o < (MB); o++) {                                                            \
+        T bo = b ? b[o] : (T)0;                                                                             \
+        SC_UNROLL for (int v = 0; v < (NV); v++) a[o][v] = (V){0} + bo;                                     \
+      }                                                                                                     \
+      const T *RESTRICT q = pk;                                                                             \
+      for (Py_ssize_t cc = 0; cc < cg; cc++)                                                                \
+        for (Py_ssize_t t = 0; t < live; t++, q += (MB)) {                                                  \
+          const T *RESTRICT src = s + cc * block + tap[t] + k0;                                             \
+          V xv[NV];                                                                                         \
+          SC_UNROLL for (int v = 0; v < (NV); v++) xv[v] = *(const V *)(src + v * SC_LANES(T));             \
+          SC_UNROLL for (int o = 0; o < (MB); o++) {                                                        \
+            T wo = q[o];                                                                                    \
+            SC_UNROLL for (int v = 0; v < (NV); v++) a[o][v] += wo * xv[v];                                 \
+          }                                                                                                 \
+        }                                                                                                   \
+      SC_UNROLL for (int o = 0; o < (MB); o++)                                                              \
+        SC_UNROLL for (int v = 0; v < (NV); v++) *(V *)(acc + o * pitch + k0 + v * SC_LANES(T)) = a[o][v];   \
+    }                                                                                                       \
+  }
+SC_BLOCK(sc_float_4x6, float, sc_vf, 4, 6)
+SC_BLOCK(sc_float_4x4, float, sc_vf, 4, 4)
+SC_BLOCK(sc_float_4x1, float, sc_vf, 4, 1)
+SC_BLOCK(sc_float_2x12, float, sc_vf, 2, 12)
+SC_BLOCK(sc_float_2x4, float, sc_vf, 2, 4)
+SC_BLOCK(sc_float_2x1, float, sc_vf, 2, 1)
+SC_BLOCK(sc_float_1x24, float, sc_vf, 1, 24)
+SC_BLOCK(sc_float_1x4, float, sc_vf, 1, 4)
+SC_BLOCK(sc_float_1x1, float, sc_vf, 1, 1)
+SC_BLOCK(sc_double_4x6, double, sc_vd, 4, 6)
+SC_BLOCK(sc_double_4x4, double, sc_vd, 4, 4)
+SC_BLOCK(sc_double_4x1, double, sc_vd, 4, 1)
+SC_BLOCK(sc_double_2x12, double, sc_vd, 2, 12)
+SC_BLOCK(sc_double_2x4, double, sc_vd, 2, 4)
+SC_BLOCK(sc_double_2x1, double, sc_vd, 2, 1)
+SC_BLOCK(sc_double_1x24, double, sc_vd, 1, 24)
+SC_BLOCK(sc_double_1x4, double, sc_vd, 1, 4)
+SC_BLOCK(sc_double_1x1, double, sc_vd, 1, 1)
+/* the vectors of the plane a tile spans: 4, or 2 where those tiles sum fewer cells (a 12x12 plane:
+ * 10 vectors, where tiles of 4 would sum 12), 1 on planes of one vector. Blocks of 24 channels
+ * over one vector broadcast a weight per multiply-add and lost to direct_conv (14x14 planes: 1.56
+ * of its time), so wider planes keep tiles of 2 or 4. */
+static inline Py_ssize_t sc_vectors(Py_ssize_t plane, Py_ssize_t lanes) {
+  if (plane <= lanes) return 1;
+  return (plane + 2 * lanes - 1) / (2 * lanes) * 2 < (plane + 4 * lanes - 1) / (4 * lanes) * 4 ? 2 : 4;
+}
+#define SHIFTED_CONV(NAME, T, B4W, B4Q, B4N, B2W, B2Q, B2N, B1W, B1Q, B1N)                                   \
+  static CONV_CLONES void NAME(const T *RESTRICT x, const T *RESTRICT w, const T *RESTRICT b,              \
+                                 T *RESTRICT y, T *RESTRICT s, T *RESTRICT acc, T *RESTRICT pks,            \
+                                 const Py_ssize_t *tap, const Py_ssize_t *wix, Py_ssize_t live,             \
+                                 Py_ssize_t n, Py_ssize_t c, Py_ssize_t m, Py_ssize_t h, Py_ssize_t wd,     \
+                                 Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh, Py_ssize_t ow,                \
+                                 Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t pitch, int act, T p0, T p1) {     \
+    Py_ssize_t plane = oh * ow, hv = oh + kh - 1, block = kw * hv * ow, taps = kh * kw;                     \
+    Py_ssize_t nv = sc_vectors(plane, SC_LANES(T)), mb = nv == 4 ? 6 : nv == 2 ? 12 : 24;                             \
+    /* the weights per block of output channels, tap-major then channel within the block, as the */      \
+    /* blocks read them (the last m % mb channels in blocks of 4, then one at a time: a lone */            \
+    /* channel's sums over one vector are one chain of dependent multiply-adds) */                       \
+    for (Py_ssize_t mo = 0; mo < m;) {                                                                      \
+      Py_ssize_t cur = m - mo >= mb ? mb : m - mo >= 4 ? 4 : 1, ct = c * taps;                                                \
+      T *RESTRICT pk = pks + mo * c * live;                                                                 \
+      for (Py_ssize_t o = 0; o < cur; o++)                                                                  \
+        for (Py_ssize_t cc = 0; cc < c; cc++)                                                               \
+          for (Py_ssize_t t = 0; t < live; t++) pk[(cc * live + t) * cur + o] = w[(mo + o) * ct + cc * taps + wix[t]]; \
+      mo += cur;                                                                                            \
+    }                                                                                                       \
+    for (Py_ssize_t img = 0; img < n; img++) {                                                              \
+      for (Py_ssize_t cc = 0; cc < c; cc++) {                                                               \
+        const T *RESTRICT xp = x + (img * c + cc) * h * wd;                                                 \
+        for (Py_ssize_t j = 0; j < kw; j++) {                                                               \
+          /* copy j's column v holds input column v + j - pl: those within the row */                       \
+          Py_ssize_t lo = pl - j > 0 ? pl - j : 0, hi = wd + pl - j < ow ? wd + pl - j : ow;                \
+          for (Py_ssize_t r = 0; r < hv; r++) {                                                             \
+            Py_ssize_t ir = r - pt;                                                                         \
+            if (ir < 0 || ir >= h || lo >= hi) continue; /* the padding: zeros from the start */           \
+            T *RESTRICT d = s + cc * block + (j * hv + r) * ow;                                             \
+            const T *RESTRICT src = xp + ir * wd + j - pl;                                                  \
+            for (Py_ssize_t v = lo; v < hi; v++) d[v] = src[v];                                             \
+          }                                                                                                 \
+        }                                                                                                   \
+      }                                                                                                     \
+      for (Py_ssize_t mo = 0; mo < m;) {                                                                    \
+        Py_ssize_t cur = m - mo >= mb ? mb : m - mo >= 4 ? 4 : 1;                                                             \
+        const T *RESTRICT pk = pks + mo * c * live; /* this block's weights, packed once per call */        \
+        const T *bo = b ? b + mo : NULL;                                                                    \
+        if (nv == 4)                                                                                        \
+          { if (cur == mb) B4W(s, pk, bo, acc, tap, live, c, block, plane, pitch); else if (cur == 4) B4Q(s, pk, bo, acc, tap, live, c, block, plane, pitch); else B4N(s, pk, bo, acc, tap, live, c, block, plane, pitch); }                       \
+        else if (nv == 2)                                                                                   \
+          { if (cur == mb) B2W(s, pk, bo, acc, tap, live, c, block, plane, pitch); else if (cur == 4) B2Q(s, pk, bo, acc, tap, live, c, block, plane, pitch); else B2N(s, pk, bo, acc, tap, live, c, block, plane, pitch); }                       \
+        else                                                                                                \
+          { if (cur == mb) B1W(s, pk, bo, acc, tap, live, c, block, plane, pitch); else if (cur == 4) B1Q(s, pk, bo, acc, tap, live, c, block, plane, pitch); else B1N(s, pk, bo, acc, tap, live, c, block, plane, pitch); }                       \
+        for (Py_ssize_t o = 0; o < cur; o++)                                                                \
+          DC_STORE(T, y + (img * m + mo + o) * plane, acc + o * pitch, plane, act, p0, p1);                 \
+        mo += cur;                                                                                          \
+      }                                                                                                     \
+    }                                                                                                       \
+  }
+SHIFTED_CONV(shifted_conv_float, float, sc_float_4x6, sc_float_4x4, sc_float_4x1, sc_float_2x12, sc_float_2x4,
+             sc_float_2x1, sc_float_1x24, sc_float_1x4, sc_float_1x1)
+SHIFTED_CONV(shifted_conv_double, double, sc_double_4x6, sc_double_4x4, sc_double_4x1, sc_double_2x12,
+             sc_double_2x4, sc_double_2x1, sc_double_1x24, sc_double_1x4, sc_double_1x1)
+
+/* shifted_conv(x, w, b, y, pads[, act, p0, p1]): direct_conv's arguments for an ungrouped
+ * convolution at unit strides and dilations: x [N, C, H, W], w [M, C, KH, KW], b [M] or None, y
+ * [N, M, OH, OW] written; all float32 or all float64, C-contiguous; pads (top, left) at least 0 and
+ * below the kernel's size, the bottom and right ones implied by y's size. */
+static PyObject *shifted_conv(PyObject *module, PyObject *args) {
+  PyObject *o_x, *o_w, *o_b, *o_y;
+  Py_ssize_t pt, pl;
+  (void)module;
+  int act = DC_NONE;
+  double p0 = 0, p1 = 0;
+  if (!PyArg_ParseTuple(args, "OOOO(nn)|idd", &o_x, &o_w, &o_b, &o_y, &pt, &pl, &act, &p0, &p1)) return NULL;
+  if (!conv_act_ok(act, "shifted_conv")) return NULL;
+  Py_buffer bx, bw, bb, by;
+  int held = 0;
+  PyObject *result = NULL;
+  void *scratch = NULL;
+  Py_ssize_t *tap = NULL;
+  Py_ssize_t size = get_float_input(o_x, &bx, 4,
+                                    "shifted_conv: x must be [N, C, H, W] float32 or float64, C-contiguous");
+  if (!size) return NULL;
+  held = 1;
+  Py_ssize_t n = bx.shape[0], c = bx.shape[1], h = bx.shape[2], wd = bx.shape[3];
+  const char *fmt = size == 4 ? "f" : "d";
+  if (get_buffer(o_w, &bw, "w", size, fmt, -1, 0) < 0) goto done;
+  held = 2;
+  if (get_buffer(o_y, &by, "y", size, fmt, -1, 1) < 0) goto done;
+  held = 3;
+  if (bw.ndim != 4 || by.ndim != 4) {
+    PyErr_SetString(PyExc_ValueError, "shifted_conv: w and y must be 4-D");
+    goto done;
+  }
+  Py_ssize_t m = bw.shape[0];
+  if (o_b != Py_None) {
+    if (get_buffer(o_b, &bb, "b", size, fmt, m, 0) < 0) goto done;
+    held = 4;
+  }
+  Py_ssize_t kh = bw.shape[2], kw = bw.shape[3], oh = by.shape[2], ow = by.shape[3];
+  if (bw.shape[1] != c || by.shape[0] != n || by.shape[1] != m || pt < 0 || pl < 0) {
+    PyErr_SetString(PyExc_ValueError, "shifted_conv: w must be [M, C, KH, KW] and y [N, M, OH, OW] of x's N; pads "
+                    "(top, left) at least 0");
+    goto done;
+  }
+  /* the kw shifted copies of each channel (oh + kh - 1 rows of ow), a slack for the last tile's
+   * reads past the plane; the accumulators of 24 channels (the most a block sums), their weights */
+  Py_ssize_t hv = oh + kh - 1, layout = c * kw * hv * ow + 4 * SC_LANES(double) * 2;
+  Py_ssize_t pitch = (oh * ow + 4 * SC_LANES(float) - 1) / (4 * SC_LANES(float)) * (4 * SC_LANES(float));
+  Py_ssize_t planes = 24 * pitch;
+  scratch = PyMem_Malloc((size_t)(layout + planes + m * c * kh * kw) * (size_t)size);
+  tap = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(2 * kh * kw + 1));
+  if (!scratch || !tap) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  memset(scratch, 0, (size_t)layout * (size_t)size); /* the padding and the slack (see direct_conv) */
+  /* live taps as direct_conv's at unit strides: some output's row and column within the input */
+  Py_ssize_t live = 0, *wix = tap + kh * kw;
+  for (Py_ssize_t i = 0; i < kh; i++)
+    for (Py_ssize_t j = 0; j < kw; j++) {
+      if (i - pt + oh - 1 < 0 || i - pt >= h || j - pl + ow - 1 < 0 || j - pl >= wd) continue;
+      tap[live] = (j * hv + i) * ow;
+      wix[live++] = i * kw + j;
+    }
+  PyThreadState *ts = n * m * oh * ow * c * kh * kw > 65536 ? PyEval_SaveThread() : NULL;
+  if (size == 4)
+    shifted_conv_float(bx.buf, bw.buf, held >= 4 ? bb.buf : NULL, by.buf, scratch, (float *)scratch + layout,
+                       (float *)scratch + layout + planes, tap, wix, live, n, c, m, h, wd, kh, kw, oh, ow, pt, pl,
+                       pitch, act, (float)p0, (float)p1);
+  else
+    shifted_conv_double(bx.buf, bw.buf, held >= 4 ? bb.buf : NULL, by.buf, scratch, (double *)scratch + layout,
+                        (double *)scratch + layout + planes, tap, wix, live, n, c, m, h, wd, kh, kw, oh, ow, pt,
+                        pl, pitch, act, p0, p1);
+  if (ts) PyEval_RestoreThread(ts);
+  Py_INCREF(Py_None);
+  result = Py_None;
+done:
+  PyMem_Free(tap);
+  PyMem_Free(scratch);
+  if (held >= 4) PyBuffer_Release(&bb);
+  if (held >= 3) PyBuffer_Release(&by);
+  if (held >= 2) PyBuffer_Release(&bw);
+  if (held >= 1) PyBuffer_Release(&bx);
+  return result;
+}
+
 /* depthwise_channels: a depthwise convolution vectorised across channels (fused_conv.py's
  * depthwise_native_channels), for small planes, where direct_conv's whole tile of sums per channel
  * (DW_TILE outputs for a 2x2 plane's 8 layout cells) and per-channel layout are most of its work.
@@ -4442,6 +4649,9 @@ static PyMethodDef module_methods[] = {
      "with w [M, C / group, KH, KW] (and bias b or None) into y [N, M, OH, OW] by each tap's multiply-add over "
      "the output plane; pads (top, left), the bottom and right ones implied by y's size; act 1 clamps the "
      "outputs to [p0, p1], 2 applies hard swish (alpha p0, beta p1)."},
+    {"shifted_conv", shifted_conv, METH_VARARGS,
+     "shifted_conv(x, w, b, y, pads[, act, p0, p1]): direct_conv at unit strides and dilations, ungrouped, over "
+     "kw column-shifted copies of each input channel, so a tile sums only output cells (small planes)."},
     {"pointwise_conv", pointwise_conv, METH_VARARGS,
      "pointwise_conv(wt, x, b, z, y[, act, p0, p1]): a 1x1 convolution of x [N, K, P] into y [N, M, P] with the "
      "weights transposed and zero-padded, wt [K, MP] (MP a multiple of POINTWISE_BLOCK), bias b [M] and residual z "

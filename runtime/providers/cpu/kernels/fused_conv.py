@@ -120,9 +120,21 @@ DIRECT_NATIVE_FEW = _path("direct_native_few", "ungrouped 3x3, dilations 1, "
                                                "(after direct_native, ahead of the gather and im2col): "
                                                "direct_native's C convolution, split between the workers "
                                                "(native_split)")
+DIRECT_NATIVE_SHIFTED = _path("direct_native_shifted", "ungrouped, more than one tap, unit strides and dilations, "
+                                                       "shifted_applies (NATIVE_SHIFTED_MIN_OUTPUTS to "
+                                                       "NATIVE_SHIFTED_MAX_OUTPUTS outputs a plane, "
+                                                       "NATIVE_SHIFTED_MIN_SUMS to NATIVE_SHIFTED_MAX_SUMS products an "
+                                                       "output), _native.shifted_conv built, ONNXHAL_NATIVE_KERNELS "
+                                                       "not 0, NATIVE_DIRECT_ENABLED and NATIVE_SHIFTED_ENABLED "
+                                                       "(after direct_native, ahead of direct_native_few): the input "
+                                                       "as kw column-shifted copies, so tiles of the plane sum only "
+                                                       "outputs, split between the workers as direct_native_few")
 DEPTHWISE_NATIVE_ROWS = _path("depthwise_native_rows", "depthwise at unit strides and dilations with a kernel of "
                                                        "NATIVE_ROWS_KERNEL_HEIGHTS rows, every tap reaching the input "
-                                                       "for some output, at least NATIVE_DEPTHWISE_MIN_OUTPUTS "
+                                                       "for some output, at least NATIVE_ROWS_MIN_OUTPUTS (16) "
+                                                       "outputs a plane where depthwise_native_channels and "
+                                                       "ROWS_YIELD_SMALL_PLANES are on, "
+                                                       "at least NATIVE_DEPTHWISE_MIN_OUTPUTS "
                                                        "outputs a plane, _native.depthwise_unit built, "
                                                        "ONNXHAL_NATIVE_KERNELS not 0 and NATIVE_DEPTHWISE_ENABLED and "
                                                        "NATIVE_DEPTHWISE_ROWS_ENABLED (ahead of depthwise_native): "
@@ -235,6 +247,17 @@ NATIVE_CHANNELS_MAX_OUTPUTS = 36
 NATIVE_CHANNELS_MIN_OUTPUTS = 4
 #: The kernel heights _native.depthwise_unit is built for (each unrolled over the rows of a block).
 NATIVE_ROWS_KERNEL_HEIGHTS = (3, 5, 7)
+#: The fewest outputs a plane ``DEPTHWISE_NATIVE_ROWS`` takes; smaller planes go to
+#: ``DEPTHWISE_NATIVE_CHANNELS`` (where it is on and they have at least NATIVE_CHANNELS_MIN_OUTPUTS).
+#: depthwise_unit's blocks of output rows hold one row or two there, so its per-channel work is
+#: mostly the call's setup; depthwise_channels sums eight vectors of channels an output. The C
+#: calls alone, one thread, CPU time alternating, depthwise_channels against depthwise_unit
+#: (float32, bias, Relu; load 8): 288 3x3 at 2x2 0.52, 576 3x3 at 2x2 0.49, 96 3x3 at 3x3 0.81; at
+#: 4x4 0.85-1.09 (144 and 240 channels gain, 16-96 lose), 5x5 and 6x6 1.25-1.49: hence under 4x4.
+NATIVE_ROWS_MIN_OUTPUTS = 16
+#: The switch of that bound (read when a layer's path is chosen): False keeps every plane
+#: depthwise_unit takes on it, as before.
+ROWS_YIELD_SMALL_PLANES = True
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # the types _native.direct_conv takes
 #: The fewest outputs per plane (oh x ow) the C route takes: with one, its per-call setup and the
 #: whole tile of sums it computes per channel outweigh the gather's one product per channel, which
@@ -277,6 +300,19 @@ NATIVE_DIRECT_MIN_OUTPUTS = 256
 #: 0.84, 0.79, 64 to 64 0.70, 0.87, but 128 to 128 1.05, 1.18 (so under NATIVE_FEW_FULL_OUTPUTS
 #: outputs a plane, at most NATIVE_FEW_MAX_STRIDED_CHANNELS channels); 64 to 64 at 4x4 1.66, 1.69.
 NATIVE_FEW_MAX_CHANNELS = 128
+#: ``DIRECT_NATIVE_SHIFTED``'s bounds and switch (read when a kernel is built; False leaves those
+#: layers to direct_native_few, the gather and im2col). direct_conv's layout keeps each row's
+#: padding columns, so its tiles sum 96 cells for an 8x8 plane's 64 outputs; shifted_conv's sum
+#: only outputs. One thread, CPU time, shifted_conv against direct_conv, alternating (3x3 with
+#: Relu; load 8): 64 to 64 at 8x8 0.80-0.89 (N = 2 0.69-0.83), 32 to 64 at 8x8 0.79-0.95, 128 to
+#: 128 at 8x8 0.74-0.80, 96 to 96 at 12x12 0.89-0.94, 32 to 48 at 6x6 0.90; no gain or a loss
+#: outside: 4x4 planes 0.82-1.21, 16x16 0.96-1.07, 14x14 1.13-1.56, 256 to 256 at 7x7 (2304
+#: products an output, its weight block past L1) 1.33-1.83.
+NATIVE_SHIFTED_ENABLED = True
+NATIVE_SHIFTED_MIN_OUTPUTS = 36
+NATIVE_SHIFTED_MAX_OUTPUTS = 144
+NATIVE_SHIFTED_MIN_SUMS = 128
+NATIVE_SHIFTED_MAX_SUMS = 1152
 NATIVE_FEW_MAX_STRIDED_CHANNELS = 64
 NATIVE_FEW_MIN_OUTPUTS = 64
 NATIVE_FEW_FULL_OUTPUTS = 128
@@ -368,6 +404,8 @@ class FusedConv(FusedBase):
                                   and hasattr(self._native, "pointwise_conv"))
         self._native_small = (NATIVE_SMALL_ENABLED and self._native is not None
                               and hasattr(self._native, "small_conv"))
+        self._native_shifted = (NATIVE_SHIFTED_ENABLED and self._native_dense
+                                and hasattr(self._native, "shifted_conv"))
         self._wq: tuple | None = None
         self._wp: tuple | None = None
         params = node.attr("activation_params") or []
@@ -609,7 +647,7 @@ class FusedConv(FusedBase):
                     cols[:, k] = 1
                 _im2col(x, pads, out_hw, (kh, kw), strides, dilations, cols[:, :k].reshape(windows))
                 return finish(np.matmul(wk, cols), z, out)
-        elif path in (DEPTHWISE_NATIVE, DIRECT_NATIVE, DIRECT_NATIVE_FEW, DEPTHWISE_NATIVE_ROWS,
+        elif path in (DEPTHWISE_NATIVE, DIRECT_NATIVE, DIRECT_NATIVE_FEW, DIRECT_NATIVE_SHIFTED, DEPTHWISE_NATIVE_ROWS,
                       DEPTHWISE_NATIVE_CHANNELS) and x.dtype in _NATIVE_FLOATS:
             # the C call with its contiguous weights, bias, geometry and activation bound: a small
             # depthwise layer's C work is a few microseconds, as much as _native_direct's steps
@@ -620,6 +658,12 @@ class FusedConv(FusedBase):
                 direct, geometry = self._native.depthwise_unit, (entry[0][:2],)
             elif path == DEPTHWISE_NATIVE_CHANNELS:
                 direct, geometry = self._native.depthwise_channels, (self.strides, entry[0][:2], self.dilations)
+            elif path == DIRECT_NATIVE_SHIFTED:
+                shifted = self._native.shifted_conv
+                geometry = (entry[0][:2],)
+
+                def direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, y: np.ndarray, *rest) -> None:
+                    native_split(shifted, x, w, b, y, rest[:1], rest[1:])
             elif group == 1 and (not DIRECT_BOUND_UNSPLIT
                                  or not never_split(x.shape[0] * w.size * entry[1] * entry[2])):
                 # split between the workers where large (native_split)
@@ -682,6 +726,9 @@ class FusedConv(FusedBase):
         # The conditions of CONV_PATHS, in order; "general" is im2col, whose layout ``_im2col`` picks.
         if self.group == c == m and cg == 1 and self._native_depthwise and oh * ow >= NATIVE_DEPTHWISE_MIN_OUTPUTS:
             if (NATIVE_DEPTHWISE_ROWS_ENABLED and hasattr(self._native, "depthwise_unit")
+                    and (oh * ow >= NATIVE_ROWS_MIN_OUTPUTS or not ROWS_YIELD_SMALL_PLANES
+                         or not NATIVE_DEPTHWISE_CHANNELS_ENABLED
+                         or not hasattr(self._native, "depthwise_channels"))
                     and unit_rows_apply((h, wd), (kh, kw), (top, left), (oh, ow), (sh, sw), (dh, dw))):
                 return pads, oh, ow, DEPTHWISE_NATIVE_ROWS, None
             if (NATIVE_DEPTHWISE_CHANNELS_ENABLED and hasattr(self._native, "depthwise_channels")
@@ -691,6 +738,8 @@ class FusedConv(FusedBase):
         if (self.group == 1 and self._native_dense and kh * kw > 1 and c <= NATIVE_DIRECT_MAX_CHANNELS
                 and c * kh * kw <= NATIVE_DIRECT_MAX_K and oh * ow >= NATIVE_DIRECT_MIN_OUTPUTS):
             return pads, oh, ow, DIRECT_NATIVE, None
+        if self.group == 1 and self._native_shifted and shifted_applies((c, kh, kw), (oh, ow), (sh, sw), (dh, dw)):
+            return pads, oh, ow, DIRECT_NATIVE_SHIFTED, None
         if self.group == 1 and self._native_dense and few_channels_apply((c, kh, kw), (oh, ow), (sh, sw), (dh, dw)):
             return pads, oh, ow, DIRECT_NATIVE_FEW, None
         if (self._native_pointwise and self.group == 1 and kh == kw == 1 and not any(pads) and (sh, sw) == (1, 1)
@@ -771,10 +820,10 @@ class FusedConv(FusedBase):
                 return self._packed_product(x, w, b, z, pads, (oh, ow))
             path = POINTWISE if path == PACKED_POINTWISE else "general"  # BLAS's products, as without the C
         if (path == DEPTHWISE_NATIVE or path == DIRECT_NATIVE or path == DIRECT_NATIVE_FEW or path == DEPTHWISE_NATIVE_ROWS
-                or path == DEPTHWISE_NATIVE_CHANNELS):
+                or path == DEPTHWISE_NATIVE_CHANNELS or path == DIRECT_NATIVE_SHIFTED):
             self.last_path = path
             return self._native_direct(x, w, b, z, pads, (oh, ow), path == DEPTHWISE_NATIVE_ROWS,
-                                       path == DEPTHWISE_NATIVE_CHANNELS)
+                                       path == DEPTHWISE_NATIVE_CHANNELS, path == DIRECT_NATIVE_SHIFTED)
         if path == GATHER_DEPTHWISE:
             self.last_path = path
             return self._gathered_depthwise(x, w, b, z, plan)
@@ -1152,9 +1201,9 @@ class FusedConv(FusedBase):
 
     def _native_direct(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
                        pads: tuple[int, int, int, int], out_hw: tuple[int, int], rows: bool = False,
-                       channels: bool = False) -> np.ndarray:
+                       channels: bool = False, shifted: bool = False) -> np.ndarray:
         """``DEPTHWISE_NATIVE``, ``DEPTHWISE_NATIVE_ROWS`` (``rows``), ``DEPTHWISE_NATIVE_CHANNELS``
-        (``channels``) and ``DIRECT_NATIVE``: the
+        (``channels``), ``DIRECT_NATIVE_SHIFTED`` (``shifted``) and ``DIRECT_NATIVE``: the
         convolution and its bias in C, then residual and activation; a type the C kernel lacks
         (float16 that is not widened) takes the numpy paths (the depthwise rows; the CPU EP's Conv)."""
         if x.dtype not in _NATIVE_FLOATS and self.group == 1:  # the CPU EP's Conv, then the epilogue
@@ -1175,6 +1224,8 @@ class FusedConv(FusedBase):
             self._native.depthwise_unit(xc, wc, bc, y, pads[:2], *(act or ()))
         elif channels:
             self._native.depthwise_channels(xc, wc, bc, y, self.strides, pads[:2], self.dilations, *(act or ()))
+        elif shifted:
+            native_split(self._native.shifted_conv, xc, wc, bc, y, (pads[:2],), act or ())
         elif self.group == 1:
             native_split(self._native.direct_conv, xc, wc, bc, y, (self.strides, pads[:2], self.dilations, 1),
                          act or ())
@@ -1277,6 +1328,16 @@ def few_channels_apply(in_ckk: tuple[int, int, int], out_hw: tuple[int, int], st
     if strides == (1, 1) and out_hw[0] * out_hw[1] >= NATIVE_FEW_FULL_OUTPUTS:
         return c <= NATIVE_FEW_MAX_CHANNELS
     return strides in ((1, 1), (2, 2)) and c <= NATIVE_FEW_MAX_STRIDED_CHANNELS
+
+
+def shifted_applies(in_ckk: tuple[int, int, int], out_hw: tuple[int, int], strides: tuple[int, int],
+                    dilations: tuple[int, int]) -> bool:
+    """Whether ``DIRECT_NATIVE_SHIFTED`` takes an ungrouped convolution of ``in_ckk`` (input
+    channels, kernel rows, kernel columns) to ``out_hw`` outputs a plane (``NATIVE_SHIFTED_*``)."""
+    c, kh, kw = in_ckk
+    return (kh * kw > 1 and strides == (1, 1) and dilations == (1, 1)
+            and NATIVE_SHIFTED_MIN_SUMS <= c * kh * kw <= NATIVE_SHIFTED_MAX_SUMS
+            and NATIVE_SHIFTED_MIN_OUTPUTS <= out_hw[0] * out_hw[1] <= NATIVE_SHIFTED_MAX_OUTPUTS)
 
 
 def never_split(work: int) -> bool:

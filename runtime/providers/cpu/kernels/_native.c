@@ -2340,6 +2340,22 @@ static void pool_tap_range(Py_ssize_t k, Py_ssize_t n, Py_ssize_t o, Py_ssize_t 
 MAX_POOL_3D(max_pool_3d_float, float)
 MAX_POOL_3D(max_pool_3d_double, double)
 
+/* the pooling wrappers' common parts: y's rank and leading axes (x's N and C) checked, and the end
+ * of a call (scratch and both buffers let go; None where the kernel ran, else the error raised) */
+static int pool_output_ok(const Py_buffer *bx, const Py_buffer *by, int ndim, const char *msg) {
+  if (by->ndim == ndim && by->shape[0] == bx->shape[0] && by->shape[1] == bx->shape[1]) return 1;
+  PyErr_SetString(PyExc_ValueError, msg);
+  return 0;
+}
+
+static PyObject *pool_release(int ran, void *scratch, Py_buffer *bx, Py_buffer *by) {
+  PyMem_Free(scratch);
+  PyBuffer_Release(by);
+  PyBuffer_Release(bx);
+  if (!ran) return NULL;
+  Py_RETURN_NONE;
+}
+
 /* max_pool_3d(x, y, kernel, strides, pads, dilations): y [N, C, OD, OH, OW] (written) holds the
  * maximum of each window of x [N, C, D, H, W], both float32 or both float64, C-contiguous; pads are
  * the leading ones (front, top, left), the trailing ones implied by y's size; taps in the padding
@@ -2352,16 +2368,13 @@ static PyObject *max_pool_3d(PyObject *module, PyObject *args) {
                         &p[0], &p[1], &p[2], &dl[0], &dl[1], &dl[2]))
     return NULL;
   Py_buffer bx, by;
-  PyObject *result = NULL;
+  int ran = 0;
   void *scratch = NULL;
   Py_ssize_t size = get_float_input_output(o_x, o_y, &bx, &by, 5,
                                            "max_pool_3d: x must be [N, C, D, H, W] float32 or float64, C-contiguous");
   if (!size) return NULL;
   Py_ssize_t in[3] = {bx.shape[2], bx.shape[3], bx.shape[4]};
-  if (by.ndim != 5 || by.shape[0] != bx.shape[0] || by.shape[1] != bx.shape[1]) {
-    PyErr_SetString(PyExc_ValueError, "max_pool_3d: y must be [N, C, OD, OH, OW] of x's N and C");
-    goto done;
-  }
+  if (!pool_output_ok(&bx, &by, 5, "max_pool_3d: y must be [N, C, OD, OH, OW] of x's N and C")) goto done;
   Py_ssize_t out[3] = {by.shape[2], by.shape[3], by.shape[4]};
   for (int a = 0; a < 3; a++)
     if (k[a] < 1 || s[a] < 1 || dl[a] < 1 || p[a] < 0 || out[a] < 1 || in[a] < 1) {
@@ -2382,13 +2395,9 @@ static PyObject *max_pool_3d(PyObject *module, PyObject *args) {
   else
     max_pool_3d_double(bx.buf, by.buf, scratch, (double *)scratch + n1, planes, in, out, k, s, p, dl);
   if (ts) PyEval_RestoreThread(ts);
-  Py_INCREF(Py_None);
-  result = Py_None;
+  ran = 1;
 done:
-  PyMem_Free(scratch);
-  PyBuffer_Release(&by);
-  PyBuffer_Release(&bx);
-  return result;
+  return pool_release(ran, scratch, &bx, &by);
 }
 /* ---- end of 3-D max pooling ---- */
 
@@ -2460,16 +2469,13 @@ static PyObject *max_pool_2d(PyObject *module, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OO(nn)(nn)(nn)(nn)", &o_x, &o_y, &kh, &kw, &sh, &sw, &pt, &pl, &dh, &dw))
     return NULL;
   Py_buffer bx, by;
-  PyObject *result = NULL;
+  int ran = 0;
   void *scratch = NULL;
   Py_ssize_t size = get_float_input_output(o_x, o_y, &bx, &by, 4,
                                            "max_pool_2d: x must be [N, C, H, W] float32 or float64, C-contiguous");
   if (!size) return NULL;
   Py_ssize_t h = bx.shape[2], w = bx.shape[3];
-  if (by.ndim != 4 || by.shape[0] != bx.shape[0] || by.shape[1] != bx.shape[1]) {
-    PyErr_SetString(PyExc_ValueError, "max_pool_2d: y must be [N, C, OH, OW] of x's N and C");
-    goto done;
-  }
+  if (!pool_output_ok(&bx, &by, 4, "max_pool_2d: y must be [N, C, OH, OW] of x's N and C")) goto done;
   Py_ssize_t oh = by.shape[2], ow = by.shape[3];
   if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || pt < 0 || pl < 0 || oh < 1 || ow < 1 || h < 1 ||
       w < 1) {
@@ -2501,13 +2507,9 @@ static PyObject *max_pool_2d(PyObject *module, PyObject *args) {
     max_pool_2d_double(bx.buf, by.buf, scratch, (double *)scratch + wb, planes, h, w, oh, ow, kh, kw, sh, sw, pt,
                        pl, dh, dw, pw);
   if (ts) PyEval_RestoreThread(ts);
-  Py_INCREF(Py_None);
-  result = Py_None;
+  ran = 1;
 done:
-  PyMem_Free(scratch);
-  PyBuffer_Release(&by);
-  PyBuffer_Release(&bx);
-  return result;
+  return pool_release(ran, scratch, &bx, &by);
 }
 /* ---- end of 2-D max pooling ---- */
 

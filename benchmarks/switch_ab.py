@@ -54,7 +54,8 @@ def _timed_run(session, feeds: dict, clock) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--switch", help="MODULE.NAME under onnxhal.runtime.providers.cpu.kernels")
+    which.add_argument("--switch", help="MODULE.NAME under onnxhal.runtime.providers.cpu.kernels, or a full "
+                                        "onnxhal.MODULE.NAME")
     which.add_argument("--optimizer-pass", help="an optimizer pass's name: off is the session config key "
                                                 "optimization.disable_passes naming it")
     p.add_argument("--models", required=True, help="comma-separated corpus names or shell patterns")
@@ -73,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.switch:
         module_name, _, name = args.switch.rpartition(".")
-        module = importlib.import_module(f"onnxhal.runtime.providers.cpu.kernels.{module_name}")
+        # a full onnxhal path names a switch outside the kernels (an optimizer pass's, read at creation)
+        full = module_name if module_name.startswith("onnxhal.") else f"onnxhal.runtime.providers.cpu.kernels.{module_name}"
+        module = importlib.import_module(full)
         if not hasattr(module, name):
             p.error(f"--switch {args.switch}: {module.__name__} has no {name!r} (give MODULE.NAME, e.g. "
                     "fused_conv.NATIVE_POINTWISE_ENABLED)")

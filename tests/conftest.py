@@ -44,19 +44,21 @@ def unregister_after_scope(name: str, failed_in_scope: bool) -> None:
     pytest for its report) holds the test's sessions, so ``gc.collect`` cannot release them: after
     a failure the library is dropped anyway, so that the failure does not add a teardown ERROR and
     leave the library registered for every later test of the process (its EP name then taken).
-    With no failure a session still alive is a leak (a cycle, a thread, a cache): the Fail stands."""
+    With no failure a session still alive is a leak (a cycle, a thread, a cache): the Fail stands,
+    raised after the library is dropped, so that it is this scope's error alone."""
     gc.collect()
     try:
         onnxhal.unregister_execution_provider_library(name)
     except onnxhal.errors.Fail:
+        get_environment().force_unregister(name)
         if not failed_in_scope:
             raise
-        get_environment().force_unregister(name)
 
 
 @pytest.fixture
-def register():
+def register(request):
     """``register(library, name=None) -> name``; unregistered after the test (sessions first)."""
+    failed_before = request.session.testsfailed
     names: list[str] = []
 
     def _register(library: str, name: str | None = None) -> str:
@@ -66,16 +68,10 @@ def register():
         return name
 
     yield _register
-    gc.collect()
+    failed = request.session.testsfailed > failed_before
     for n in reversed(names):
-        try:
-            onnxhal.unregister_execution_provider_library(n)
-        except onnxhal.errors.InvalidArgument:
-            pass  # the test unregistered it itself
-        except onnxhal.errors.Fail:
-            # A failed test's traceback keeps its sessions alive; drop the library anyway so the
-            # failure does not cascade into every later test.
-            get_environment().force_unregister(n)
+        with contextlib.suppress(onnxhal.errors.InvalidArgument):  # the test unregistered it itself
+            unregister_after_scope(n, failed)
 
 
 @pytest.fixture

@@ -46,6 +46,14 @@ def compute_on_device(alloc, dt, cinfo, state, x, stream):
     return y
 
 
+def close_sessions(sessions: dict) -> None:
+    """Close a fixture's sessions at its teardown: pytest keeps a fixture's value for the test's
+    whole teardown, so sessions it returned would still hold the EP library when the ``register``
+    fixture unregisters it."""
+    for session in sessions.values():
+        session.close()
+
+
 def keyed_sessions(model: bytes | str, key: str, providers: list, entries: dict[str, str] | None = None,
                    cpu: bool = True) -> dict:
     """Sessions of ``model`` with session config ``key`` at "1" and at "0" (and ``entries`` in both),

@@ -4,27 +4,17 @@ The A/B itself is a benchmark, not a test."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-pytest.importorskip("onnxruntime", reason="the benchmark compares with onnxruntime (a test extra)")
+from tests.benchmark_scripts import benchmark_script
 
-_BENCH_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+pytest.importorskip("onnxruntime", reason="the benchmark compares with onnxruntime (a test extra)")
 
 
 @pytest.fixture(scope="module")
 def creation_ab():
-    sys.path.insert(0, str(_BENCH_DIR))  # it imports its siblings real_models.py and switch_ab.py
-    try:
-        spec = importlib.util.spec_from_file_location("onnxhal_creation_ab", _BENCH_DIR / "creation_ab.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with benchmark_script("creation_ab") as module:
         yield module
-    finally:
-        sys.path.remove(str(_BENCH_DIR))
 
 
 def test_one_round_prints_the_model_and_the_summary(creation_ab, capsys):

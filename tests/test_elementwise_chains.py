@@ -199,10 +199,10 @@ def test_a_loop_body_chain_is_fused():
     np.testing.assert_allclose(_run(model, feeds, True)[0], _run(model, feeds, False)[0], rtol=1e-6)
 
 
-def _kernel(ops, operands, results, n_in):
+def _kernel(ops, operands, results, n_in, **attrs):
     node = Node.from_proto(helper.make_node("ElementwiseChain", [f"i{k}" for k in range(n_in)],
                                             [f"y{k}" for k in range(len(results))], domain="com.onnxhal",
-                                            name="chain", ops=ops, operands=operands, results=results))
+                                            name="chain", ops=ops, operands=operands, results=results, **attrs))
     return ec.ElementwiseChain(node, None)
 
 
@@ -286,3 +286,123 @@ def test_native_ops_of_one_element_inputs_run_once():
     ins = [x, np.array(9.0, np.float32)]
     for g, w in zip(k2.compute(ins), k2.compute_numpy(ins)):
         np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def _mask_model(mask_type=TensorProto.BOOL, exponent=2.0) -> onnx.ModelProto:
+    """An attention block's mask and a hand-written norm's square: Cast of a mask to float, 1 - m,
+    times -10000, added to the scores; a Where of a bool condition; a Pow of a constant."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Cast", ["mask"], ["m"], to=f), helper.make_node("Sub", ["one", "m"], ["inv"]),
+             helper.make_node("Mul", ["inv", "big"], ["bias"]), helper.make_node("Add", ["s", "bias"], ["t"]),
+             helper.make_node("Where", ["keep", "t", "s"], ["w"]), helper.make_node("Pow", ["w", "e"], ["p"]),
+             helper.make_node("Add", ["p", "w"], ["y"])]
+    inits = [helper.make_tensor("one", f, [], [1.0]), helper.make_tensor("big", f, [], [-10000.0]),
+             helper.make_tensor("e", f, [], [exponent])]
+    return _model(nodes, [helper.make_tensor_value_info("mask", mask_type, [2, 1, 8]),
+                          helper.make_tensor_value_info("keep", TensorProto.BOOL, [8]),
+                          helper.make_tensor_value_info("s", f, [2, 3, 8])],
+                  [helper.make_tensor_value_info("y", f, [2, 3, 8])], initializers=inits)
+
+
+def _mask_feeds(mask_dtype) -> dict:
+    rng = np.random.default_rng(7)
+    s = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    s[0, 0, :3] = [np.nan, np.inf, -np.inf]
+    return {"mask": (rng.random((2, 1, 8)) < 0.5).astype(mask_dtype), "keep": rng.random(8) < 0.5, "s": s}
+
+
+@pytest.mark.parametrize("mask_type, mask_dtype, exponent", [(TensorProto.BOOL, np.bool_, 2.0),
+                                                             (TensorProto.INT64, np.int64, 3.0),
+                                                             (TensorProto.INT32, np.int32, 2.0)])
+def test_casts_wheres_and_constant_powers_join_the_chain(mask_type, mask_dtype, exponent):
+    """One chain of the seven nodes, the Pow as products (the Pow kernel's form), equal bit for bit
+    to the unfused nodes."""
+    model = _mask_model(mask_type, exponent)
+    (chain,) = _chains(model)
+    ops = list(chain.attr("ops"))
+    assert ops.count("Cast") == 1 and ops.count("Where") == 1 and "Pow" not in ops
+    assert ops.count("Mul") == (3 if exponent == 3 else 2) and list(chain.attr("to")) == [TensorProto.FLOAT]
+    assert "e" not in chain.inputs  # the exponent is the ops it makes, not an input
+    feeds = _mask_feeds(mask_dtype)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(_run(model, feeds, True)[0], _run(model, feeds, False)[0])
+
+
+def test_other_powers_casts_and_float16_sources_stay_out():
+    """A Pow of 0.5, a Cast of a float16 or of a uint64, a Cast of one element, a Cast of float32
+    to double: their plain kernels compute otherwise (or the kernel reads no such input)."""
+    (chain,) = _chains(_mask_model(exponent=0.5))
+    assert chain.attr("ops").count("Mul") == 1  # the Pow of 0.5 stays a node of its own
+    for source in (TensorProto.FLOAT16, TensorProto.UINT64):
+        (chain,) = _chains(_mask_model(source), disabled=("run_float16_regions",))
+        assert "Cast" not in chain.attr("ops")
+    f, d = TensorProto.FLOAT, TensorProto.DOUBLE
+    # a size cast to float and divided (a shape's arithmetic, of one element): plain nodes
+    nodes = [helper.make_node("Cast", ["n"], ["m"], to=f), helper.make_node("Div", ["m", "k"], ["q"]),
+             helper.make_node("Mul", ["q", "k"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+                           helper.make_tensor_value_info("k", f, [])], [helper.make_tensor_value_info("y", f, [])])
+    (chain,) = _chains(model)
+    assert list(chain.attr("ops")) == ["Div", "Mul"]
+    nodes = [helper.make_node("Cast", ["a"], ["b"], to=d), helper.make_node("Add", ["b", "c"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("a", f, [4]), helper.make_tensor_value_info("c", d, [4])],
+                   [helper.make_tensor_value_info("y", d, [4])])
+    assert _chains(model) == []
+
+
+CAST_SOURCES = [np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64]
+
+
+@pytest.mark.skipif(native_module() is None, reason="the C kernels are not built")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("source", CAST_SOURCES)
+def test_native_casts_and_wheres_match_the_numpy_form(dtype, source):
+    """Path "native" against path "numpy": a Cast of a strided and of a broadcast integer input
+    (their extremes included: int64's round to the float as numpy's astype), a Where of a bool
+    condition broadcast across rows, short rows and long ones, bit for bit."""
+    to = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    # r3 = cast(i0), r4 = r3 * i2, r5 = where(i1, r4, i2), r6 = cast(i0) again, r7 = r5 + r6
+    k = _kernel(["Cast", "Mul", "Where", "Cast", "Add"], [0, 3, 2, 1, 4, 2, 0, 5, 6], [7, 5], 3, to=[to, to])
+    rng = np.random.default_rng(11)
+    info = np.iinfo(source) if source is not np.bool_ else None
+    for width in (5, 300):
+        raw = rng.integers(0, 2, (4, 2 * width)) if info is None else rng.integers(info.min, info.max, (4, 2 * width),
+                                                                                      dtype=source, endpoint=True)
+        ints = raw.astype(source)[:, ::2]  # strided
+        if info is not None:
+            ints[0, :2] = [info.min, info.max]
+        cond = rng.random((1, width)) < 0.5
+        x = rng.standard_normal((4, width)).astype(dtype)
+        x[1, :3] = [np.nan, np.inf, -np.inf]
+        for inputs in ([ints, cond, x], [ints[:1], cond, x]):  # the integer input whole and broadcast
+            with np.errstate(all="ignore"):
+                got, want = k.compute(inputs), k.compute_numpy(inputs)
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype == dtype
+                np.testing.assert_array_equal(g, w)
+    assert k.native is not None
+
+
+@pytest.mark.skipif(native_module() is None, reason="the C kernels are not built")
+def test_native_declines_integer_inputs_it_would_read_as_floats():
+    """An integer input read by an Add (numpy's promotion makes it a float64 sum), a Cast to double
+    in a float32 chain, no float input at all: the C call declines, the numpy form's results."""
+    k = _kernel(["Cast", "Add"], [0, 2, 1], [3], 2, to=[TensorProto.FLOAT])  # cast(i0) + i1
+    ints = np.arange(4, dtype=np.int64)
+    assert k.native.elementwise_chain(k.code, [ints, ints], k.out_regs, k.n_regs, np.empty) is None
+    (y,) = k.compute([ints, ints])
+    assert y.dtype == np.float64 and y.tolist() == [0, 2, 4, 6]
+    k = _kernel(["Cast", "Add"], [0, 2, 1], [3], 2, to=[TensorProto.DOUBLE])
+    x = np.ones(4, np.float32)
+    assert k.native.elementwise_chain(k.code, [ints, x], k.out_regs, k.n_regs, np.empty) is None
+    assert k.compute([ints, x])[0].dtype == np.float64
+    k = _kernel(["Cast", "Neg"], [0, 1], [2], 1, to=[TensorProto.FLOAT])
+    assert k.native.elementwise_chain(k.code, [ints], k.out_regs, k.n_regs, np.empty) is None
+    assert k.compute([ints])[0].tolist() == [0, -1, -2, -3]
+
+
+def test_a_cast_without_its_float_target_is_refused_by_name():
+    with pytest.raises(InvalidArgument, match="'to'.*Cast"):
+        _kernel(["Cast"], [0], [1], 1)
+    with pytest.raises(InvalidArgument, match="'to'.*Cast"):
+        _kernel(["Cast"], [0], [1], 1, to=[TensorProto.INT64])

@@ -136,6 +136,7 @@ def test_a_trial_that_fails_leaves_the_formulas_claim_and_says_so(opencl, near_t
     (text,) = sess.eps[EP].backend.cost_trials.values()
     assert "claimed untimed: its trial failed" in text and "no memory for the trial's inputs" in text
     _check(sess, model)
+    sess.close()  # pytest keeps the logged error's traceback, and through it the session, past the test: closed here
 
 
 def test_the_band_and_the_margin():

@@ -22,7 +22,7 @@ from onnxhal.runtime.providers.opencl import create_ep_factories  # noqa: E402
 from onnxhal.runtime.providers.opencl.memory import OpenCLDataTransfer, OpenCLHeldCopies  # noqa: E402
 from onnxhal.runtime.session.executor import ExecutionPlan  # noqa: E402
 from onnxhal.runtime.session.memory_context import HELD_COPIES  # noqa: E402
-from tests.opencl_support import require_opencl  # noqa: E402
+from tests.opencl_support import close_sessions, require_opencl  # noqa: E402
 
 OPENCL_INDEX = require_opencl(module_level=True)
 
@@ -53,7 +53,8 @@ def sessions(register):
         made[held] = onnxhal.InferenceSession(model, so, providers=OPENCL)
         assert made[held].partition_summary.get("OpenCLExecutionProvider", 0) == 3
     made["cpu"] = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"])
-    return made
+    yield made
+    close_sessions(made)
 
 
 def feeds(seed: int) -> dict[str, np.ndarray]:

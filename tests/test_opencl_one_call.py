@@ -24,7 +24,7 @@ from onnxhal.runtime.providers.opencl import native_replay  # noqa: E402
 from onnxhal.runtime.providers.opencl.partition_plan import PartitionState  # noqa: E402
 from onnxhal.runtime.session.run_codegen import ONE_CALL_RUN  # noqa: E402
 from onnxhal.stored_outputs import read_signatures  # noqa: E402
-from tests.opencl_support import keyed_sessions, require_opencl  # noqa: E402
+from tests.opencl_support import close_sessions, keyed_sessions, require_opencl  # noqa: E402
 from tests.threads import run_threads
 
 OPENCL_INDEX = require_opencl(module_level=True)
@@ -73,7 +73,9 @@ def one_calls() -> int:
 @pytest.fixture
 def sessions(register):
     register("onnxhal.runtime.providers.opencl", "opencl")
-    return sessions_of(mlp())
+    made = sessions_of(mlp())
+    yield made
+    close_sessions(made)
 
 
 def test_one_call_runs_equal_the_copy_by_copy_runs_bit_for_bit(sessions):
@@ -180,6 +182,7 @@ def test_a_failed_one_call_run_is_the_plans_error_naming_the_node(register, monk
                      "OUT_OF_RESOURCES", caplog.text)
     for a, r in zip(got, made["cpu"].run(None, feeds(1))):
         np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-4)
+    close_sessions(made)  # pytest keeps the logged error's traceback, and through it the session, past the test
 
 
 def assert_same_runs(made: dict, f: dict, one_call: bool) -> None:

@@ -25,7 +25,7 @@ from onnxhal.runtime.session.input_checks import FeedChecker  # noqa: E402
 from onnxhal.runtime.session.memory_context import PAIR_COPIERS  # noqa: E402
 from onnxhal.runtime.session.run_codegen import ONE_CALL_RUN, PREPARED_COPIES  # noqa: E402
 from onnxhal.stored_outputs import read_signatures  # noqa: E402
-from tests.opencl_support import keyed_sessions, require_opencl  # noqa: E402
+from tests.opencl_support import close_sessions, keyed_sessions, require_opencl  # noqa: E402
 from tests.threads import run_threads
 
 OPENCL_INDEX = require_opencl(module_level=True)
@@ -65,7 +65,9 @@ def sessions_of(model) -> dict[str, onnxhal.InferenceSession]:
 @pytest.fixture
 def sessions(register):
     register("onnxhal.runtime.providers.opencl", "opencl")
-    return sessions_of(gather_model())
+    made = sessions_of(gather_model())
+    yield made
+    close_sessions(made)
 
 
 def test_prepared_runs_take_neither_the_general_check_nor_the_plans_general_run(sessions, monkeypatch):

@@ -3,27 +3,17 @@ does not exist (before any session is built). The A/B itself is a benchmark, not
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-pytest.importorskip("onnxruntime", reason="the benchmark compares with onnxruntime (a test extra)")
+from tests.benchmark_scripts import benchmark_script
 
-_BENCH_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+pytest.importorskip("onnxruntime", reason="the benchmark compares with onnxruntime (a test extra)")
 
 
 @pytest.fixture(scope="module")
 def switch_ab():
-    sys.path.insert(0, str(_BENCH_DIR))  # it imports its sibling real_models.py
-    try:
-        spec = importlib.util.spec_from_file_location("onnxhal_switch_ab", _BENCH_DIR / "switch_ab.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with benchmark_script("switch_ab") as module:
         yield module
-    finally:
-        sys.path.remove(str(_BENCH_DIR))
 
 
 def test_patterns_pick_corpus_models(switch_ab, tmp_path):

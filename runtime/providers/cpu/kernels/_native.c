@@ -2548,6 +2548,22 @@ static void pool_tap_range(Py_ssize_t k, Py_ssize_t n, Py_ssize_t o, Py_ssize_t 
 MAX_POOL_3D(max_pool_3d_float, float)
 MAX_POOL_3D(max_pool_3d_double, double)
 
+/* the pooling wrappers' common parts: y's rank and leading axes (x's N and C) checked, and the end
+ * of a call (scratch and both buffers let go; None where the kernel ran, else the error raised) */
+static int pool_output_ok(const Py_buffer *bx, const Py_buffer *by, int ndim, const char *msg) {
+  if (by->ndim == ndim && by->shape[0] == bx->shape[0] && by->shape[1] == bx->shape[1]) return 1;
+  PyErr_SetString(PyExc_ValueError, msg);
+  return 0;
+}
+
+static PyObject *pool_release(int ran, void *scratch, Py_buffer *bx, Py_buffer *by) {
+  PyMem_Free(scratch);
+  PyBuffer_Release(by);
+  PyBuffer_Release(bx);
+  if (!ran) return NULL;
+  Py_RETURN_NONE;
+}
+
 /* max_pool_3d(x, y, kernel, strides, pads, dilations): y [N, C, OD, OH, OW] (written) holds the
  * maximum of each window of x [N, C, D, H, W], both float32 or both float64, C-contiguous; pads are
  * the leading ones (front, top, left), the trailing ones implied by y's size; taps in the padding
@@ -2560,16 +2576,13 @@ static PyObject *max_pool_3d(PyObject *module, PyObject *args) {
                         &p[0], &p[1], &p[2], &dl[0], &dl[1], &dl[2]))
     return NULL;
   Py_buffer bx, by;
-  PyObject *result = NULL;
+  int ran = 0;
   void *scratch = NULL;
   Py_ssize_t size = get_float_input_output(o_x, o_y, &bx, &by, 5,
                                            "max_pool_3d: x must be [N, C, D, H, W] float32 or float64, C-contiguous");
   if (!size) return NULL;
   Py_ssize_t in[3] = {bx.shape[2], bx.shape[3], bx.shape[4]};
-  if (by.ndim != 5 || by.shape[0] != bx.shape[0] || by.shape[1] != bx.shape[1]) {
-    PyErr_SetString(PyExc_ValueError, "max_pool_3d: y must be [N, C, OD, OH, OW] of x's N and C");
-    goto done;
-  }
+  if (!pool_output_ok(&bx, &by, 5, "max_pool_3d: y must be [N, C, OD, OH, OW] of x's N and C")) goto done;
   Py_ssize_t out[3] = {by.shape[2], by.shape[3], by.shape[4]};
   for (int a = 0; a < 3; a++)
     if (k[a] < 1 || s[a] < 1 || dl[a] < 1 || p[a] < 0 || out[a] < 1 || in[a] < 1) {
@@ -2590,13 +2603,9 @@ static PyObject *max_pool_3d(PyObject *module, PyObject *args) {
   else
     max_pool_3d_double(bx.buf, by.buf, scratch, (double *)scratch + n1, planes, in, out, k, s, p, dl);
   if (ts) PyEval_RestoreThread(ts);
-  Py_INCREF(Py_None);
-  result = Py_None;
+  ran = 1;
 done:
-  PyMem_Free(scratch);
-  PyBuffer_Release(&by);
-  PyBuffer_Release(&bx);
-  return result;
+  return pool_release(ran, scratch, &bx, &by);
 }
 /* ---- end of 3-D max pooling ---- */
 
@@ -2668,16 +2677,13 @@ static PyObject *max_pool_2d(PyObject *module, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OO(nn)(nn)(nn)(nn)", &o_x, &o_y, &kh, &kw, &sh, &sw, &pt, &pl, &dh, &dw))
     return NULL;
   Py_buffer bx, by;
-  PyObject *result = NULL;
+  int ran = 0;
   void *scratch = NULL;
   Py_ssize_t size = get_float_input_output(o_x, o_y, &bx, &by, 4,
                                            "max_pool_2d: x must be [N, C, H, W] float32 or float64, C-contiguous");
   if (!size) return NULL;
   Py_ssize_t h = bx.shape[2], w = bx.shape[3];
-  if (by.ndim != 4 || by.shape[0] != bx.shape[0] || by.shape[1] != bx.shape[1]) {
-    PyErr_SetString(PyExc_ValueError, "max_pool_2d: y must be [N, C, OH, OW] of x's N and C");
-    goto done;
-  }
+  if (!pool_output_ok(&bx, &by, 4, "max_pool_2d: y must be [N, C, OH, OW] of x's N and C")) goto done;
   Py_ssize_t oh = by.shape[2], ow = by.shape[3];
   if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || pt < 0 || pl < 0 || oh < 1 || ow < 1 || h < 1 ||
       w < 1) {
@@ -2709,13 +2715,9 @@ static PyObject *max_pool_2d(PyObject *module, PyObject *args) {
     max_pool_2d_double(bx.buf, by.buf, scratch, (double *)scratch + wb, planes, h, w, oh, ow, kh, kw, sh, sw, pt,
                        pl, dh, dw, pw);
   if (ts) PyEval_RestoreThread(ts);
-  Py_INCREF(Py_None);
-  result = Py_None;
+  ran = 1;
 done:
-  PyMem_Free(scratch);
-  PyBuffer_Release(&by);
-  PyBuffer_Release(&bx);
-  return result;
+  return pool_release(ran, scratch, &bx, &by);
 }
 /* ---- end of 2-D max pooling ---- */
 
@@ -4183,22 +4185,28 @@ done:
  * elementwise_chain(code, inputs, out_regs, n_regs, empty): a program of elementwise ops over
  * registers, run over the outputs' shape a block of EC_BLOCK elements of its last axis at a time,
  * so every register of a block stays in L1 and the chain costs one call, not one numpy call (and
- * one executor step) per node. code: int32 quads (op, dst, a, b), op k writing register
- * len(inputs) + k from registers written before it; registers 0..len(inputs)-1 hold the inputs
- * broadcast to the outputs' shape (numpy's rule; strides any). The outputs (made by
+ * one executor step) per node. code: int32 records of EC_REC (op, dst, a, b, c), op k writing
+ * register len(inputs) + k from registers written before it (a unary op's b and c are its a, a
+ * binary op's c its b); registers 0..len(inputs)-1 hold the inputs broadcast to the outputs'
+ * shape (numpy's rule; strides any). The float inputs are all float32 or all float64, the chain's
+ * type T; an input of bool or a signed or unsigned integer type of up to 64 bits (not uint64) is read as T
+ * (C's conversion, numpy's astype), and only by a Cast to T or as a Where's condition, which the
+ * call checks (a bool is 0 or 1 in T, Where tests it against 0). The outputs (made by
  * empty(shape, dtype), C-contiguous) are the whole broadcast shape; out_regs: int32, the register
  * each is copied from. It declines (None: the caller's numpy form then raises or computes what
- * the nodes would) where the inputs are not all float32 or all float64, do not broadcast, or an
+ * the nodes would) where the float inputs are not all float32 or all float64 (or there is none), a
+ * Cast's type is not theirs, an integer input is read otherwise, the inputs do not broadcast, or an
  * output's own inputs broadcast to less than the whole shape (it would have a smaller one), or
  * past EC_LIBM_MAX elements where an op is left to libm, or past EC_SHORT_ROWS_MAX elements in
  * rows shorter than half a block (below), so
- * every shape check is one pass over the axes here, not Python's per call. A register holds the
- * inputs' dtype throughout, as numpy's ops on them would. The ops are the numpy kernels' formulas:
+ * every shape check is one pass over the axes here, not Python's per call. A register holds T
+ * throughout, as numpy's ops on the float inputs would. The ops are the numpy kernels' formulas:
  * Sigmoid as 0.5 tanh(x / 2) + 0.5 (activation.py), Max / Min propagate NaN as numpy's maximum /
  * minimum, Relu keeps NaN (numpy's maximum(x, 0)); libm's exp / log / tanh may differ from
  * numpy's by an ulp. */
 enum { EC_ADD, EC_SUB, EC_MUL, EC_DIV, EC_MAX, EC_MIN, EC_NEG, EC_ABS, EC_SQRT, EC_EXP, EC_LOG, EC_TANH,
-       EC_SIGMOID, EC_RELU, EC_RECIPROCAL, EC_OPS };
+       EC_SIGMOID, EC_RELU, EC_RECIPROCAL, EC_CAST_FLOAT, EC_CAST_DOUBLE, EC_WHERE, EC_OPS };
+#define EC_REC 5 /* int32s per op in the code */
 #define EC_BLOCK 256
 #define EC_MAX_REGS 128
 #define EC_MAX_INPUTS 64 /* each output's inputs, a bit each of a uint64_t */
@@ -4244,9 +4252,9 @@ static inline void exp_doubles(double *RESTRICT y, const double *RESTRICT x, Py_
 #define EC_DEFINE(T, SFX, EXPV, LOG, TANHV, SQRT, FABS)                                                        \
   static VECTOR_CLONES void ec_ops_##SFX(const int32_t *code, Py_ssize_t n_ops, T *const *reg, Py_ssize_t n) { \
     for (Py_ssize_t k = 0; k < n_ops; k++) {                                                                   \
-      const int32_t *q = code + 4 * k;                                                                         \
+      const int32_t *q = code + EC_REC * k;                                                                    \
       T *y = reg[q[1]];                                                                                        \
-      const T *a = reg[q[2]], *b = reg[q[3]];                                                                  \
+      const T *a = reg[q[2]], *b = reg[q[3]], *c = reg[q[4]];                                                  \
       const T h = (T)0.5, one = (T)1, zero = (T)0;                                                             \
       switch (q[0]) {                                                                                          \
         case EC_ADD: for (Py_ssize_t i = 0; i < n; i++) y[i] = a[i] + b[i]; break;                             \
@@ -4271,8 +4279,28 @@ static inline void exp_doubles(double *RESTRICT y, const double *RESTRICT x, Py_
           break;                                                                                               \
         case EC_RELU: for (Py_ssize_t i = 0; i < n; i++) y[i] = a[i] < zero ? zero : a[i]; break;              \
         case EC_RECIPROCAL: for (Py_ssize_t i = 0; i < n; i++) y[i] = one / a[i]; break;                       \
+        /* a Cast to T: its source converted on loading (an integer input) or already T */                   \
+        case EC_CAST_FLOAT: case EC_CAST_DOUBLE: memcpy(y, a, (size_t)n * sizeof(T)); break;                   \
+        case EC_WHERE: for (Py_ssize_t i = 0; i < n; i++) y[i] = a[i] != zero ? b[i] : c[i]; break;           \
         default: break;                                                                                        \
       }                                                                                                        \
+    }                                                                                                          \
+  }                                                                                                            \
+  /* n elements of an input at p, step bytes apart (0: one element repeated), as T: kind 0 an input \
+   * of T, else its buffer format (ec_item's) */                                                             \
+  static void ec_load_##SFX(T *RESTRICT y, const char *p, Py_ssize_t step, Py_ssize_t n, char kind) {          \
+    switch (kind) {                                                                                            \
+      case 0:                                                                                                  \
+        if (step == (Py_ssize_t)sizeof(T)) memcpy(y, p, (size_t)n * sizeof(T));                                \
+        else for (Py_ssize_t i = 0; i < n; i++) y[i] = *(const T *)(p + i * step);                             \
+        break;                                                                                                 \
+      case '?': case 'B': for (Py_ssize_t i = 0; i < n; i++) y[i] = (T)*(const uint8_t *)(p + i * step); break; \
+      case 'b': for (Py_ssize_t i = 0; i < n; i++) y[i] = (T)*(const int8_t *)(p + i * step); break;           \
+      case 'h': for (Py_ssize_t i = 0; i < n; i++) y[i] = (T)*(const int16_t *)(p + i * step); break;          \
+      case 'H': for (Py_ssize_t i = 0; i < n; i++) y[i] = (T)*(const uint16_t *)(p + i * step); break;         \
+      case 'i': for (Py_ssize_t i = 0; i < n; i++) y[i] = (T)*(const int32_t *)(p + i * step); break;          \
+      case 'I': for (Py_ssize_t i = 0; i < n; i++) y[i] = (T)*(const uint32_t *)(p + i * step); break;         \
+      default: for (Py_ssize_t i = 0; i < n; i++) y[i] = (T)*(const int64_t *)(p + i * step); break;           \
     }                                                                                                          \
   }                                                                                                            \
   /* reg[r]: where register r's block is: an input's own memory where its last axis is contiguous,   \
@@ -4280,16 +4308,13 @@ static inline void exp_doubles(double *RESTRICT y, const double *RESTRICT x, Py_
   static void ec_run_##SFX(const int32_t *code, Py_ssize_t n_ops, Py_ssize_t n_in, Py_ssize_t n_regs,          \
                            char *const *base, const Py_ssize_t *strides, int ndim, const Py_ssize_t *shape,    \
                            Py_ssize_t n_out, T *const *outs, const int32_t *out_regs, T *regs,                 \
-                           const char *uniform, const int32_t *pro, Py_ssize_t n_pro) {                        \
+                           const char *uniform, const int32_t *pro, Py_ssize_t n_pro, const char *ikind) {     \
     Py_ssize_t inner = ndim ? shape[ndim - 1] : 1, outer = 1, idx[EC_MAX_DIMS] = {0};                          \
     T *reg[EC_MAX_REGS];                                                                                       \
     for (Py_ssize_t r = 0; r < n_regs; r++) reg[r] = regs + r * EC_BLOCK;                                      \
     /* the uniform inputs (one element) filled once, and the ops of them alone (pro) run once */       \
     for (Py_ssize_t r = 0; r < n_in; r++)                                                                      \
-      if (uniform[r]) {                                                                                        \
-        T v = *(const T *)base[r];                                                                             \
-        for (Py_ssize_t i = 0; i < EC_BLOCK; i++) reg[r][i] = v;                                               \
-      }                                                                                                        \
+      if (uniform[r]) ec_load_##SFX(reg[r], base[r], 0, EC_BLOCK, ikind[r]);                                   \
     ec_ops_##SFX(pro, n_pro, reg, EC_BLOCK);                                                                   \
     for (int d = 0; d + 1 < ndim; d++) outer *= shape[d];                                                      \
     /* short rows: a block of several, each input's gathered row by row, so the ops run over the     \
@@ -4304,16 +4329,7 @@ static inline void exp_doubles(double *RESTRICT y, const double *RESTRICT x, Py_
           const char *p = base[r];                                                                             \
           for (int d = 0; d + 1 < ndim; d++) p += idx[d] * s[d];                                               \
           Py_ssize_t last = s[ndim - 1];                                                                       \
-          T *y = regs + r * EC_BLOCK + j * inner;                                                              \
-          if (last == 0) {                                                                                     \
-            T v = *(const T *)p;                                                                               \
-            for (Py_ssize_t i = 0; i < inner; i++) y[i] = v;                                                   \
-          } else if (last == (Py_ssize_t)sizeof(T)) {                                                          \
-            const T *src = (const T *)p;                                                                       \
-            for (Py_ssize_t i = 0; i < inner; i++) y[i] = src[i];                                              \
-          } else {                                                                                             \
-            for (Py_ssize_t i = 0; i < inner; i++) y[i] = *(const T *)(p + i * last);                          \
-          }                                                                                                    \
+          ec_load_##SFX(regs + r * EC_BLOCK + j * inner, p, last, inner, ikind[r]);                            \
         }                                                                                                      \
         for (int d = ndim - 2; d >= 0; d--) {                                                                  \
           if (++idx[d] < shape[d]) break;                                                                      \
@@ -4334,15 +4350,11 @@ static inline void exp_doubles(double *RESTRICT y, const double *RESTRICT x, Py_
           for (int d = 0; d + 1 < ndim; d++) p += idx[d] * s[d];                                               \
           Py_ssize_t last = ndim ? s[ndim - 1] : 0;                                                            \
           p += start * last;                                                                                   \
-          T *y = regs + r * EC_BLOCK;                                                                          \
-          reg[r] = y;                                                                                          \
-          if (last == 0) {                                                                                     \
-            T v = *(const T *)p;                                                                               \
-            for (Py_ssize_t i = 0; i < n; i++) y[i] = v;                                                       \
-          } else if (last == (Py_ssize_t)sizeof(T)) {                                                          \
+          if (!ikind[r] && last == (Py_ssize_t)sizeof(T)) {                                                    \
             reg[r] = (T *)p; /* read only: ops write registers n_in and up */                                  \
           } else {                                                                                             \
-            for (Py_ssize_t i = 0; i < n; i++) y[i] = *(const T *)(p + i * last);                              \
+            reg[r] = regs + r * EC_BLOCK;                                                                      \
+            ec_load_##SFX(reg[r], p, last, n, ikind[r]);                                                       \
           }                                                                                                    \
         }                                                                                                      \
         for (Py_ssize_t j = 0; j < n_out; j++) reg[out_regs[j]] = outs[j] + o * inner + start;                 \
@@ -4358,12 +4370,18 @@ static inline void exp_doubles(double *RESTRICT y, const double *RESTRICT x, Py_
 EC_DEFINE(float, float, exp_floats, logf, tanh_floats, sqrtf, fabsf)
 EC_DEFINE(double, double, exp_doubles, log, tanh_doubles, sqrt, fabs)
 
-static int ec_item(Py_buffer *b, char *kind) {
+/* an input's kind: 'f' or 'd' (float32, float64), an integer's or bool's format ('?', 'b', 'B', 'h',
+ * 'H', 'i', 'I', 'q' for any signed 64-bit one), or 0: none the chain reads */
+static char ec_item(const Py_buffer *b) {
   const char *f = b->format ? b->format : "B";
   if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
-  if (strlen(f) != 1 || !strchr("fd", f[0]) || b->itemsize != (f[0] == 'f' ? 4 : 8)) return 0;
-  *kind = f[0];
-  return 1;
+  if (strlen(f) != 1) return 0;
+  char k = f[0];
+  if (k == 'l' || k == 'q') return b->itemsize == 8 ? 'q' : (b->itemsize == 4 ? 'i' : 0);
+  static const char kinds[] = "fdi?bBhHI";
+  static const Py_ssize_t sizes[] = {4, 8, 4, 1, 1, 1, 2, 2, 4};
+  const char *at = strchr(kinds, k);
+  return at && b->itemsize == sizes[at - kinds] ? k : 0;
 }
 
 static PyObject *elementwise_chain(PyObject *module, PyObject *args) {
@@ -4394,41 +4412,58 @@ static PyObject *elementwise_chain(PyObject *module, PyObject *args) {
   held_code = 1;
   if (PyObject_GetBuffer(o_regs, &br, PyBUF_SIMPLE) < 0) goto done;
   held_regs = 1;
-  Py_ssize_t n_ops = bc.len / 16;
+  Py_ssize_t n_ops = bc.len / (4 * EC_REC);
   n_out = br.len / 4;
   const int32_t *code = bc.buf, *out_regs = br.buf;
-  if (bc.len % 16 || br.len % 4 || n_out < 1 || n_out > EC_MAX_REGS || n_in + n_ops > n_regs) {
-    PyErr_SetString(PyExc_ValueError, "elementwise_chain: code must be int32 quads, out_regs int32s, within n_regs");
+  if (bc.len % (4 * EC_REC) || br.len % 4 || n_out < 1 || n_out > EC_MAX_REGS || n_in + n_ops > n_regs) {
+    PyErr_SetString(PyExc_ValueError, "elementwise_chain: code must be int32 records of 5, out_regs int32s, within "
+                    "n_regs");
     goto done;
   }
   for (Py_ssize_t r = 0; r < n_in; r++) deps[r] = (uint64_t)1 << r;
   for (Py_ssize_t k = 0; k < n_ops; k++) {
-    const int32_t *q = code + 4 * k;
+    const int32_t *q = code + EC_REC * k;
     /* ops read registers written before them, and write the next one: registers are single-assignment */
-    if (q[0] < 0 || q[0] >= EC_OPS || q[1] != n_in + k || q[2] < 0 || q[2] >= q[1] || q[3] < 0 || q[3] >= q[1]) {
+    if (q[0] < 0 || q[0] >= EC_OPS || q[1] != n_in + k || q[2] < 0 || q[2] >= q[1] || q[3] < 0 || q[3] >= q[1] ||
+        q[4] < 0 || q[4] >= q[1]) {
       PyErr_Format(PyExc_ValueError, "elementwise_chain: op %zd of the code is out of range", k);
       goto done;
     }
-    deps[q[1]] = deps[q[2]] | deps[q[3]];
+    deps[q[1]] = deps[q[2]] | deps[q[3]] | deps[q[4]];
   }
   for (Py_ssize_t j = 0; j < n_out; j++)
     if (out_regs[j] < n_in || out_regs[j] >= n_in + n_ops) {
       PyErr_SetString(PyExc_ValueError, "elementwise_chain: an output register is not an op's");
       goto done;
     }
-  char kind = 0, k2;
+  char kind = 0, ikind[EC_MAX_INPUTS] = {0};
   int ndim = 0, declined = 0;
   for (; got_in < n_in; got_in++) {
     if (PyObject_GetBuffer(items[got_in], &bin[got_in], PyBUF_STRIDED_RO | PyBUF_FORMAT) < 0) goto done;
     Py_buffer *b = &bin[got_in];
-    if (!ec_item(b, &k2) || (kind && k2 != kind) || b->ndim > EC_MAX_DIMS) {
+    char k2 = ec_item(b);
+    int is_float = k2 == 'f' || k2 == 'd';
+    if (!k2 || (is_float && kind && k2 != kind) || b->ndim > EC_MAX_DIMS) {
       got_in++;
       declined = 1;
       break;
     }
-    kind = k2;
+    if (is_float) kind = k2;
+    else ikind[got_in] = k2;
     if (b->ndim > ndim) ndim = b->ndim;
     base[got_in] = b->buf;
+  }
+  /* the chain's type: its float inputs'; a Cast to it alone, an integer input read by a Cast or as a
+   * Where's condition alone (as numpy's form: an Add of an integer input would not be T) */
+  if (!kind) declined = 1;
+  for (Py_ssize_t k = 0; !declined && k < n_ops; k++) {
+    const int32_t *q = code + EC_REC * k;
+    if (q[0] == EC_CAST_FLOAT || q[0] == EC_CAST_DOUBLE) {
+      if ((q[0] == EC_CAST_FLOAT) != (kind == 'f')) declined = 1;
+      continue;
+    }
+    for (int j = q[0] == EC_WHERE ? 3 : 2; j < EC_REC; j++)
+      if (q[j] < n_in && ikind[q[j]]) declined = 1;
   }
   /* numpy's broadcast of all inputs, and of each output's inputs, which must be the same */
   for (int d = 0; !declined && d < ndim; d++) {
@@ -4454,7 +4489,7 @@ static PyObject *elementwise_chain(PyObject *module, PyObject *args) {
   Py_ssize_t total = 1;
   for (int d = 0; d < ndim; d++) total *= shape[d];
   for (Py_ssize_t k = 0; !declined && total > EC_LIBM_MAX && k < n_ops; k++) {
-    int op = code[4 * k];
+    int op = code[EC_REC * k];
     if (op == EC_LOG || (kind == 'd' && (op == EC_EXP || op == EC_TANH || op == EC_SIGMOID))) declined = 1;
   }
   if (declined) {
@@ -4487,7 +4522,7 @@ static PyObject *elementwise_chain(PyObject *module, PyObject *args) {
   /* inputs of one element, and the ops of them alone (an epsilon's square root, 1 - a constant):
    * run once before the blocks, not per element; an output stays in the blocks, which write it */
   char uniform[EC_MAX_REGS] = {0};
-  int32_t pro[4 * EC_MAX_REGS], body[4 * EC_MAX_REGS];
+  int32_t pro[EC_REC * EC_MAX_REGS], body[EC_REC * EC_MAX_REGS];
   Py_ssize_t n_pro = 0, n_body = 0;
   for (Py_ssize_t r = 0; r < n_in; r++) {
     uniform[r] = 1;
@@ -4495,12 +4530,12 @@ static PyObject *elementwise_chain(PyObject *module, PyObject *args) {
       if (strides[r * EC_MAX_DIMS + d]) uniform[r] = 0;
   }
   for (Py_ssize_t k = 0; k < n_ops; k++) {
-    const int32_t *q = code + 4 * k;
-    int u = uniform[q[2]] && uniform[q[3]];
+    const int32_t *q = code + EC_REC * k;
+    int u = uniform[q[2]] && uniform[q[3]] && uniform[q[4]];
     for (Py_ssize_t j = 0; u && j < n_out; j++)
       if (out_regs[j] == q[1]) u = 0;
     uniform[q[1]] = (char)u;
-    memcpy(u ? pro + 4 * n_pro++ : body + 4 * n_body++, q, 16);
+    memcpy(u ? pro + EC_REC * n_pro++ : body + EC_REC * n_body++, q, 4 * EC_REC);
   }
   PyObject *tshape = PyTuple_New(ndim);
   if (!tshape) goto done;
@@ -4531,10 +4566,10 @@ static PyObject *elementwise_chain(PyObject *module, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     if (kind == 'f')
       ec_run_float(body, n_body, n_in, n_regs, base, strides, cdim, cshape, n_out, (float *const *)outs, out_regs, regs,
-                   uniform, pro, n_pro);
+                   uniform, pro, n_pro, ikind);
     else
       ec_run_double(body, n_body, n_in, n_regs, base, strides, cdim, cshape, n_out, (double *const *)outs, out_regs,
-                    regs, uniform, pro, n_pro);
+                    regs, uniform, pro, n_pro, ikind);
     Py_END_ALLOW_THREADS
     PyMem_Free(regs);
   }

@@ -19,7 +19,7 @@ and checked against onnxruntime 1.32 in tests/test_text_ops.py):
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -82,59 +82,39 @@ class TfIdfVectorizer(Kernel):
             self.pool_kind = "int"
         else:
             raise InvalidArgument(f"{what}: no pool_strings or pool_int64s; give the n-gram pool")
-        # n-gram (a tuple of items) -> (output column, weight), only for the lengths counted
-        self.grams: dict[tuple, tuple[int, float]] = {}
-        gram_id = 0
-        for k, start in enumerate(counts):
-            n = k + 1
-            end = counts[k + 1] if k + 1 < len(counts) else len(pool)
-            if not start <= end <= len(pool) or (end - start) % n:
-                raise InvalidArgument(f"{what}: ngram_counts {counts} gives {n}-grams items {start}..{end} of a "
-                                      f"pool of {len(pool)}; each length needs whole n-grams inside the pool")
-            for g in range(start, end, n):
-                if self.min_n <= n <= self.max_n:
-                    if gram_id >= len(indexes):
-                        raise InvalidArgument(f"{what}: the pool holds more n-grams than the {len(indexes)} "
-                                              "ngram_indexes; give one index per pool n-gram")
-                    key = tuple(pool[g:g + n])
-                    if key in self.grams:
-                        raise InvalidArgument(f"{what}: the {n}-gram {key} is twice in the pool; remove one")
-                    w = 1.0 if weights is None else float(weights[gram_id])
-                    self.grams[key] = (indexes[gram_id], w)
-                gram_id += 1
-        self._build_keys()
+        self.grams, by_length = _pool_grams(what, pool, counts, indexes, weights, self.min_n, self.max_n)
+        self._build_keys(by_length)
 
-    def _build_keys(self) -> None:
-        """The ``keyed`` path's tables, or ``self.path = SCAN`` when its condition does not hold."""
+    def _build_keys(self, by_length: dict[int, tuple[list, list, list]]) -> None:
+        """The ``keyed`` path's tables, or ``self.path = SCAN`` when its condition does not hold.
+        ``by_length``: per counted length its n-grams' items, output columns and weights (``_pool_grams``)."""
         self.path = SCAN
-        columns = [col for col, _ in self.grams.values()]
+        columns = [col for _, cols, _ in by_length.values() for col in cols]
         if not columns or (self.mode == "IDF" and len(set(columns)) < len(columns)):
             return  # no n-gram of the counted lengths: the scan finds nothing at no cost
-        items = sorted({v for key in self.grams for v in key})
+        items = sorted(set(chain.from_iterable(seg for seg, _, _ in by_length.values())))
         base = len(items) + 1  # id 0 is an item outside the pool: no key holding it is in the table
         if base ** self.max_n >= _KEY_LIMIT:
             return
-        self.ids = {v: i + 1 for i, v in enumerate(items)}
+        self.ids = dict(zip(items, range(1, len(items) + 1)))
         if self.pool_kind == "string":
             # bytes items decode with surrogateescape in the scan path; the same bytes map to the same id
-            self.ids.update({v.encode("utf-8", errors="surrogateescape"): i for v, i in list(self.ids.items())})
+            self.ids.update(zip(map(str.encode, items, repeat("utf-8"), repeat("surrogateescape")),
+                                range(1, len(items) + 1)))
         else:
             self.int_items = np.array(items, dtype=np.int64)
         self.base = base
         # one sorted table per length: an n-gram ending in items outside the pool (id 0) has the key
         # of a shorter one
         self.tables: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        for n in range(self.min_n, self.max_n + 1):
-            grams = [(key, col, w) for key, (col, w) in self.grams.items() if len(key) == n]
-            if not grams:
-                continue
+        for n, (seg, cols, ws) in by_length.items():
             # per n-gram its items' ids [G, n] times the powers of base, summed: exact in int64 below
             # _KEY_LIMIT, one product for the pool instead of a Python sum per n-gram
-            ids = np.fromiter((self.ids[v] for key, _, _ in grams for v in key), np.int64, len(grams) * n)
-            keys = ids.reshape(len(grams), n) @ np.array([base ** k for k in range(n)], np.int64)
-            order = np.argsort(keys)
-            self.tables[n] = (keys[order], np.array([g[1] for g in grams], dtype=np.int64)[order],
-                              np.array([g[2] for g in grams], dtype=np.float64)[order])
+            ids = np.fromiter(map(self.ids.__getitem__, seg), np.int64, len(seg))
+            keys_n = ids.reshape(len(cols), n) @ np.array([base ** k for k in range(n)], np.int64)
+            order = np.argsort(keys_n)
+            self.tables[n] = (keys_n[order], np.array(cols, dtype=np.int64)[order],
+                              np.array(ws, dtype=np.float64)[order])
         self.path = KEYED
 
     def _item_ids(self, rows: np.ndarray) -> np.ndarray:
@@ -237,3 +217,43 @@ class TfIdfVectorizer(Kernel):
                              for v in items]
                 y[b] = self._row_values(items)
         return [y if x.ndim == 2 else y[0]]
+
+
+def _pool_grams(what: str, pool: list, counts: list[int], indexes: list[int], weights: object | None,
+                min_n: int, max_n: int) -> tuple[dict[tuple, tuple[int, float]], dict[int, tuple[list, list, list]]]:
+    """The pool's n-grams of the counted lengths: n-gram (a tuple of items) -> (output column, weight),
+    and per length (its n-grams' items flat, columns, weights) in pool order. Each length's n-grams
+    are cut from the pool by slicing and zipping, one C-level pass per length rather than a Python
+    step per n-gram (session creation builds this; docs/benchmarks.md has the figures). Pool n-gram
+    j takes ngram_indexes[j] and weights[j], j counted over every length, the uncounted ones
+    included."""
+    grams: dict[tuple, tuple[int, float]] = {}
+    by_length: dict[int, tuple[list, list, list]] = {}
+    gram_id = 0
+    for k, start in enumerate(counts):
+        n = k + 1
+        end = counts[k + 1] if k + 1 < len(counts) else len(pool)
+        if not start <= end <= len(pool) or (end - start) % n:
+            raise InvalidArgument(f"{what}: ngram_counts {counts} gives {n}-grams items {start}..{end} of a "
+                                  f"pool of {len(pool)}; each length needs whole n-grams inside the pool")
+        g = (end - start) // n
+        if min_n <= n <= max_n:
+            if g and gram_id + g > len(indexes):
+                raise InvalidArgument(f"{what}: the pool holds more n-grams than the {len(indexes)} "
+                                      "ngram_indexes; give one index per pool n-gram")
+            seg = pool[start:end]
+            keys = list(zip(*(seg[i::n] for i in range(n))))
+            cols = indexes[gram_id:gram_id + g]
+            ws = [1.0] * g if weights is None else list(map(float, weights[gram_id:gram_id + g]))
+            size = len(grams)
+            grams.update(zip(keys, zip(cols, ws)))
+            if len(grams) - size < g:  # a repeated n-gram (only one of the same length can be): name it
+                seen: set = set()
+                for key in keys:
+                    if key in seen:
+                        raise InvalidArgument(f"{what}: the {n}-gram {key} is twice in the pool; remove one")
+                    seen.add(key)
+            if keys:
+                by_length[n] = (seg, cols, ws)
+        gram_id += g
+    return grams, by_length

@@ -818,6 +818,8 @@ def computed_output_shapes(proto: onnx.ModelProto, data_prop: bool) -> dict[str,
     ``[8, 3]`` for a 256-row run). Dims are ints, strs or None; outputs inference cannot shape are
     left out."""
     stub = _weightless(proto)
+    if stub is proto:  # nothing was stripped: the outputs' shapes are cleared below on a copy, never on the caller's model
+        stub = _copy(proto)
     for out in stub.graph.output:
         if out.type.HasField("tensor_type"):
             out.type.tensor_type.ClearField("shape")

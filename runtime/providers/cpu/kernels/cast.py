@@ -7,6 +7,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from onnxhal.hal import Kernel, KernelCreateContext, Node
+from onnxhal.hal.ep import INLINE_APPLY
 from onnxhal.hal.graph import dtype_to_elem_type
 from onnxhal.runtime.providers.cpu.kernels.registry import register
 
@@ -49,6 +50,8 @@ class _CastBase(Kernel):
 
 @register("Cast", since=1)
 class Cast(_CastBase):
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         super().__init__(node, ctx)
         to = node.attr("to")
@@ -59,10 +62,12 @@ class Cast(_CastBase):
             helper.tensor_dtype_to_np_dtype(self.to))
 
     def compute(self, inputs: list) -> list:
-        x = inputs[0]
+        return [self.apply(inputs[0])]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
         if x.dtype == self.dtype:
-            return [x]
-        return [self._cast(x, self.to, self.dtype)]
+            return x
+        return self._cast(x, self.to, self.dtype)
 
 
 @register("CastLike", since=15)

@@ -60,6 +60,7 @@ class ReshapeAttr(Kernel):
 @register("Reshape", since=5)
 class Reshape(Kernel):
     host_inputs = frozenset({1})
+    inline_fn = INLINE_APPLY
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.allowzero = bool(node.attr("allowzero", 0))
@@ -68,15 +69,17 @@ class Reshape(Kernel):
         self.constant_shape = ctx is not None and len(node.inputs) > 1 and ctx.is_constant_initializer(node.inputs[1])
 
     def compute(self, inputs: list) -> list:
-        x, shape = inputs[0], inputs[1]
+        return [self.apply(inputs[0], inputs[1])]
+
+    def apply(self, x: np.ndarray, shape: np.ndarray) -> np.ndarray:
         last_shape, last_in, last_out = self._last
         # A model constant (read-only, the same array each run) resolves once per input shape
         if shape is last_shape and x.shape == last_in:
-            return [x.reshape(last_out)]
+            return x.reshape(last_out)
         y = _reshape(x, shape.tolist(), self.allowzero)
         if self.constant_shape or not shape.flags.writeable:
             self._last = (shape, x.shape, y.shape)
-        return [y]
+        return y
 
 
 @register("Flatten", since=1)
@@ -92,6 +95,8 @@ class Flatten(Kernel):
 
 @register("Transpose", since=1)
 class Transpose(Kernel):
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         perm = node.attr("perm")
         self.perm = tuple(perm) if perm is not None else None
@@ -99,14 +104,22 @@ class Transpose(Kernel):
     def compute(self, inputs: list) -> list:
         return [np.transpose(inputs[0], self.perm)]
 
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return np.transpose(x, self.perm)
+
 
 @register("Concat", since=1)
 class Concat(Kernel):
+    inline_fn = INLINE_APPLY
+
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self.axis = node.attr("axis", 1)
 
     def compute(self, inputs: list) -> list:
         return [np.concatenate(inputs, axis=self.axis)]
+
+    def apply(self, *inputs: np.ndarray) -> np.ndarray:
+        return np.concatenate(inputs, axis=self.axis)
 
 
 
@@ -457,13 +470,16 @@ class Squeeze(Kernel):
 @register("Expand", since=8)
 class Expand(_NoAttr):
     host_inputs = frozenset({1})
+    inline_fn = INLINE_APPLY
 
     def __init__(self, node: Node, ctx: KernelCreateContext) -> None:
         self._shapes: dict[tuple, tuple] = {}  # (input shape, asked shape) -> output shape
 
     def compute(self, inputs: list) -> list:
-        x = inputs[0]
-        key = (x.shape, tuple(inputs[1].tolist()))
+        return [self.apply(inputs[0], inputs[1])]
+
+    def apply(self, x: np.ndarray, asked: np.ndarray) -> np.ndarray:
+        key = (x.shape, tuple(asked.tolist()))
         shape = self._shapes.get(key)
         if shape is None:
             shape = np.broadcast_shapes(x.shape, tuple(int(s) for s in key[1]))
@@ -472,7 +488,7 @@ class Expand(_NoAttr):
         # one broadcasting copy (np.array(np.broadcast_to(...)) costs three times as much on small inputs)
         y = np.empty(shape, x.dtype)
         np.copyto(y, x)
-        return [y]
+        return y
 
 
 @register("Shape", since=1)

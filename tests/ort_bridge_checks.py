@@ -871,6 +871,49 @@ def wrong_name() -> dict:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
+def ml_shapes() -> dict:
+    """skl2onnx pipelines whose values after ai.onnx.ml operators onnxruntime leaves without a rank:
+    the nodes the GPU takes through onnxruntime (ml_value_types.py on, and off by its config key)
+    and in onnxhal's own session (optimizers off in all, so all see the model's own nodes), and the
+    outputs' error against onnxruntime's CPU EP."""
+    os.environ["ONNXHAL_SIMULATE"] = ",".join(PROFILES)
+    import onnx
+
+    import onnxhal
+    from onnxhal.ort_plugin.ml_value_types import BRIDGE_ML_SHAPES_KEY
+    from onnxhal.simulators.profiles import load_profile
+
+    register()
+    corpus = Path(__file__).resolve().parent / "real_models"
+    policy = ort.OrtExecutionProviderDevicePolicy.PREFER_GPU
+    result: dict = {"tolerance": [load_profile("generic-gpu").rtol, load_profile("generic-gpu").atol]}
+    for name in ("skh_countvec", "skh_mlp"):
+        model = onnx.load(str(corpus / f"{name}.onnx"))
+        data = np.load(corpus / f"{name}.npz")
+        feeds = {i.name: data[f"a.{i.name}"] for i in model.graph.input}  # the corpus's first feeds
+        ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+        case: dict = {}
+        for mode, value in (("on", "1"), ("off", "0")):
+            so = ort.SessionOptions()
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+            so.add_session_config_entry(BRIDGE_ML_SHAPES_KEY, value)
+            so.set_provider_selection_policy(policy)
+            sess = ort.InferenceSession(model.SerializeToString(), so)
+            out = sess.run(None, feeds)
+            case[mode] = assignment(sess).get(GPU, [])
+            case[f"{mode}_err"] = max(float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+                                      for a, b in zip(out, ref) if np.asarray(b).dtype.kind in "fiu")
+        hso = onnxhal.SessionOptions()
+        hso.graph_optimization_level = onnxhal.GraphOptimizationLevel.ORT_DISABLE_ALL
+        hso.set_provider_selection_policy(onnxhal.OrtExecutionProviderDevicePolicy.PREFER_GPU)
+        hso.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        case["onnxhal"] = assignment(onnxhal.InferenceSession(model.SerializeToString(), hso)).get(GPU, [])
+        case["scale"] = max(float(np.abs(np.asarray(b, np.float64)).max()) for b in ref if np.asarray(b).dtype.kind in "fiu")
+        result[name] = case
+    return result
+
+
 if __name__ == "__main__":
     result = globals()[sys.argv[1]]()
     print(json.dumps(result))

@@ -528,6 +528,22 @@ def test_hal_hooks_reach_the_ep_on_every_onnxruntime_version():
         assert by_ort["F_GET_INCOMPATIBILITY_DETAILS"] == 2
 
 
+@needs_virtual
+@pytest.mark.parametrize("driver", ["installed", "none"])
+def test_values_after_ml_operators_get_the_loaders_shapes_inside_onnxruntime(driver, tmp_path):
+    # onnxruntime leaves the outputs of Normalizer/Scaler/FeatureVectorizer without a rank: with
+    # ml_value_types.py the GPU takes the nodes after them as in onnxhal's own session; without
+    # (its config key "0") it takes none of them.
+    env = None if driver == "installed" else {"OCL_ICD_VENDORS": str(tmp_path), "POCL_DEVICES": "none"}
+    r = run_check("ml_shapes", env=env)
+    rtol, atol = r["tolerance"]
+    for name in ("skh_countvec", "skh_mlp"):
+        case = r[name]
+        assert case["on"] == case["onnxhal"] and len(case["on"]) >= 6, name
+        assert case["off"] == [], name
+        assert case["on_err"] <= atol + rtol * case["scale"], name
+
+
 @pytest.mark.parametrize("driver", ["installed", "none"])
 def test_onnxruntime_profile_shows_onnxhals_partition_events(driver, tmp_path):
     # "none": an OpenCL loader with no driver, so the simulated NPU runs on the host backend, whose

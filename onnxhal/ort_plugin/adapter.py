@@ -33,7 +33,7 @@ from onnxhal.hal.ep_api import EpApi
 from onnxhal.hal.ep_device import OrtEpDevice
 from onnxhal.hal.errors import InvalidArgument
 from onnxhal.hal.fused_groups import outside_nodes_between
-from onnxhal.hal.graph import Graph, Node
+from onnxhal.hal.graph import Graph, Node, ValueInfo
 from onnxhal.hal.hardware_device import OrtHardwareDevice
 from onnxhal.hal.memory_info import OrtMemoryInfo
 from onnxhal.ort_plugin import dispatch as d
@@ -50,6 +50,7 @@ from onnxhal.ort_plugin.env_config import with_factory_defaults
 from onnxhal.ort_plugin.ep_context import context_enabled, context_node
 from onnxhal.ort_plugin.graph_view import GraphWalk, fused_node_signature
 from onnxhal.ort_plugin.missing_hooks import MissingHooks
+from onnxhal.ort_plugin.ml_value_types import BRIDGE_ML_SHAPES_KEY, apply_types, inferred_types
 from onnxhal.ort_plugin.ort_api import API_VERSION, OrtApi
 from onnxhal.ort_plugin.streams import is_stream_aware, register_session_streams, unregister_session_streams
 from onnxhal.ort_plugin.structs import (
@@ -278,7 +279,8 @@ class FactoryAdapter:
         ep_devices = [self._ep_device(p, md) for p, md in zip(ort_devices, metadata)]
         ep = self.factory.create_ep([e.device for e in ep_devices], metadata, SessionOptionsView(config),
                                     logging.getLogger(f"onnxhal.ep.{self.factory.name}"))
-        adapter = EpAdapter(self, ep, ep_devices, context_enabled(config))
+        adapter = EpAdapter(self, ep, ep_devices, context_enabled(config),
+                            ml_shapes=config.get(BRIDGE_ML_SHAPES_KEY, "1") != "0")
         self._just_created.ep = adapter
         write_out(args[5], adapter.address)
 
@@ -342,8 +344,13 @@ class EpAdapter:
     """One session's ``hal.Ep`` as an OrtEp."""
 
     def __init__(self, factory: FactoryAdapter, ep: Ep, ep_devices: list[OrtEpDevice],
-                 make_context_nodes: bool = False) -> None:
+                 make_context_nodes: bool = False, ml_shapes: bool = True) -> None:
         self.factory = factory
+        # types of values onnxruntime gives no rank (after ai.onnx.ml operators: ml_value_types.py),
+        # by name, inferred while claiming: the fused graphs of Compile get them too, so that their
+        # signature is the one of the graphs the EP planned
+        self.ml_shapes = ml_shapes
+        self.inferred_types: dict[str, ValueInfo] = {}
         self.make_context_nodes = make_context_nodes
         self.api = factory.api
         self.ep = ep
@@ -384,6 +391,10 @@ class EpAdapter:
 
     def get_capability(self, args: Any) -> None:
         walk = GraphWalk(self.api, args[0])
+        if self.ml_shapes:
+            types = inferred_types(walk.graph)
+            if types and apply_types(walk.graph, types):
+                self.inferred_types.update(types)
         refused = graph_refusal(walk.graph)
         if refused is not None:
             logger.warning("%s claims no node of graph %r: %s (onnxhal's loader refuses such a node; onnxruntime's "
@@ -439,7 +450,7 @@ class EpAdapter:
         count = args[2]
         graphs, fused = words(args[0], count), words(args[1], count)
         fused_nodes = [fused_node_signature(self.api, p) for p in fused]
-        hal_graphs = [self._claimed(GraphWalk(self.api, g, list(f.inputs), list(f.outputs)).graph)
+        hal_graphs = [self._claimed(self._typed(GraphWalk(self.api, g, list(f.inputs), list(f.outputs)).graph))
                       for g, f in zip(graphs, fused_nodes)]
         self.claimed_graphs.clear()
         singles = [self._single_node_compute(g) for g in hal_graphs]
@@ -461,6 +472,12 @@ class EpAdapter:
             nodes = ctypes.cast(args[4], POINTER(c_void_p))
             for i, context in enumerate(context_nodes):
                 nodes[i] = context_node(self.api, context) if context is not None else None
+
+    def _typed(self, graph: Graph) -> Graph:
+        """``graph`` with the types get_capability inferred for values onnxruntime gives no rank."""
+        if self.inferred_types:
+            apply_types(graph, self.inferred_types)
+        return graph
 
     def _claimed(self, graph: Graph) -> Graph:
         """The filtered graph get_capability made for the group onnxruntime compiles as ``graph``, if

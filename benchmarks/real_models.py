@@ -6,7 +6,7 @@ side in one process.
 
 Per model and EP: nodes on the EP (dynamic model, and the same model with its dims fixed by
 ``add_free_dimension_override_by_name``), session creation plus first run (median of five fresh
-sessions of each runtime, taking turns to go first, each after a 1 ms sleep; before each, the previous sessions are released and the
+sessions of each runtime, taking turns to go first; before each, the previous sessions are released and the
 process's garbage collected, so neither the teardown nor a full collection of the benchmark's own
 objects falls in a timing), the first run of each of the two stored input signatures
 (for the OpenCL EP it specialises and builds that shape), then ``WARM_RUNS`` and ``repeat`` alternating runs of
@@ -47,8 +47,6 @@ CORPUS = os.path.join(os.path.dirname(HERE), "tests", "real_models")
 #: not three: under ``--load 2`` a sample of a few ms is at the mercy of one descheduling (a scheduler
 #: slice is ms long), and the median of three then moved 2-3x between runs of the same code.
 COLD_RUNS = 5
-#: Sleep before each timed creation, so each starts with a fresh scheduler slice (see ``run_model``).
-COLD_WAKE_S = 0.001
 PROVIDERS = {"cpu": ["CPUExecutionProvider"], "opencl": ["OpenCLExecutionProvider", "CPUExecutionProvider"],
              # the OpenCL EP with its cost rule off (claim time and per signature): every partition on the device
              "opencl_off": [("OpenCLExecutionProvider", {"cost_rule": "off"}), "CPUExecutionProvider"]}
@@ -107,12 +105,10 @@ def run_model(path: str, ep: str, repeat: int, threads: int) -> dict:
         # holds (tens of ms with the transformer sessions' objects) and lands in whichever timing
         # crosses its threshold, one of the samples
         gc.collect()
-        # The runtimes take turns going first, and each sample starts from a wake-up (as a session
-        # made after reading its file or receiving a request does): under load, the second of a
-        # fixed pair started with the first's scheduler slice spent and so took the preemptions.
+        # The runtimes take turns going first: the second of a fixed pair found the first's file
+        # and code warm (quiet, onnxruntime going first always put onnxhal's 2x models 5-10% lower).
         order = ((ort_colds, cold_ort), (hal_colds, cold_hal))
         for samples, make in order if i % 2 == 0 else order[::-1]:
-            time.sleep(COLD_WAKE_S)
             t = time.perf_counter()
             made = make()
             samples.append(time.perf_counter() - t)

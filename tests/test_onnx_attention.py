@@ -332,6 +332,39 @@ def test_native_small_path_leaves_large_and_non_finite_cases(monkeypatch):
 
 
 @pytest.mark.skipif(_native is None, reason="the C extension _native is not built (or switched off)")
+def test_native_small_path_keeps_a_masked_keys_nan_and_leaves_other_value_types(monkeypatch):
+    """A NaN in the value of a masked key (a padded or unwritten cache) gives NaN, as the plain path
+    and onnxruntime multiply every value by its weight (0 * NaN); values of another type than float32
+    (T2 of Attention-23) go the numpy way, where the C routine would refuse their buffer."""
+    feeds, attrs = _attention_feeds(14, "4d", 4, 2, "bool", 0)
+    feeds["attn_mask"][0, 0, :, 3] = False  # key 3 of batch 0 masked for every query row
+    feeds["V"] = feeds["V"].copy()
+    feeds["V"][0, :, 3, :] = np.nan
+    model = _model("Attention", feeds, 1, **attrs).SerializeToString()
+    monkeypatch.setattr(onnx_attention, "GROUPED_ROWS_ENABLED", False)
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", False)
+    plain = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", True)
+    results: list[bool] = []
+    monkeypatch.setattr(onnx_attention, "native_module", lambda: SimpleNamespace(
+        attention_small=lambda *a: results.append(_native.attention_small(*a)) or results[-1]))
+    got = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert results == [True]
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for ours in (got, plain):
+        np.testing.assert_array_equal(np.isnan(ours[0]), np.isnan(want[0]))
+    assert np.isnan(got[0][0]).all() and not np.isnan(got[0][1]).any()
+    wide = {**feeds, "V": feeds["V"].astype(np.float64)}
+    model = _model("Attention", wide, 1, **attrs).SerializeToString()
+    results.clear()
+    got = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, wide)
+    assert results == []
+    monkeypatch.setattr(onnx_attention, "NATIVE_SMALL_ENABLED", False)
+    plain = onnxhal.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, wide)
+    np.testing.assert_array_equal(got[0], plain[0])
+
+
+@pytest.mark.skipif(_native is None, reason="the C extension _native is not built (or switched off)")
 @pytest.mark.parametrize("layout,interleaved,rotary_dim,positions", [
     (layout, interleaved, rotary_dim, positions) for layout in ("4d", "3d") for interleaved in (0, 1)
     for rotary_dim in (0, 4) for positions in ("ids", "per_batch", "batch_one")])

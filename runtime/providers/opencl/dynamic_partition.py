@@ -319,14 +319,14 @@ class DynamicNodeComputeInfo(NodeComputeInfo):
             entry = self._cache.get(sig)
             if entry is None or entry.state is None or entry.trial is not None or entry.second_look_in == 1:
                 return None  # (a second look due: ``compute`` takes it)
-            if entry.second_look_in:
-                entry.second_look_in -= 1
             self._cache.move_to_end(sig)
         outputs = entry.state.run_host([inputs[i] for i in entry.feeds])
         if outputs is None:
-            return None
+            return None  # (``compute`` takes it and counts it toward a second look)
         with self._lock:
             self.stats.hits += 1
+            if entry.second_look_in > 1:  # a device run done: one fewer before the second look
+                entry.second_look_in -= 1
         for i in sorted(entry.host_values):
             outputs.insert(i, entry.host_values[i].copy())
         if self.settles_on_host:

@@ -3319,7 +3319,8 @@ static int attention_small_float(const float *RESTRICT q, const float *RESTRICT 
         }
         float tot = (float)total;
         for (Py_ssize_t j = 0; j < t; j++) {
-          if (p[j] == 0.0f) continue;
+          /* no skip of zero weights: a masked key's NaN or inf value gives NaN (0 * NaN), as the
+             plain path and onnxruntime multiply every value */
           float w = p[j] / tot;
           const float *vr = vb + j * dv;
           for (Py_ssize_t c = 0; c < dv; c++) o[c] += w * vr[c];

@@ -149,7 +149,7 @@ class Attention(Kernel):
         rep = h // kvh
         dv = v4.shape[3]
         if (self.native is not None and 0 < b * h * s * t * d * dv and b * h * s * t * (d + dv) <= NATIVE_SMALL_WORK
-                and self._grouped_rows_apply(mask, q.dtype)
+                and self._grouped_rows_apply(mask, q.dtype) and k4.dtype == v4.dtype == np.float32
                 and (mask is None or (mask.shape[-1] == t and mask.shape[-2] in (1, s)
                                       and (mask.ndim == 2 or mask.shape[0] in (1, b))))):
             k4, v4 = np.ascontiguousarray(k4), np.ascontiguousarray(v4)

@@ -122,8 +122,6 @@ class Concat(Kernel):
         return np.concatenate(inputs, axis=self.axis)
 
 
-
-
 @register("Split", since=1)
 class SplitAttr(Kernel):
     """Split with a ``split`` attribute (opset < 13; opset 1 also accepts it as input 2)."""
